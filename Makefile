@@ -1,0 +1,62 @@
+# One entry point for people, hooks and CI.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export VIRTUAL_ENV := $(abspath $(VENV))
+export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
+# Extras of pyproject.toml the tests, lint and benchmarks need.
+EXTRAS := test,lint,bench
+
+.PHONY: help demo test lint fmt bench system-deps venv build clean
+
+help:
+	@echo "make demo   build, then run the edge demo"
+	@echo "make test   install what tests need, build, lint, cargo test, pytest"
+	@echo "make bench  benchmarks, ours beside each anchor (writes benches/results.json)"
+	@echo "make lint   ruff, mypy --strict, stubtest, cargo fmt --check, clippy"
+	@echo "make fmt    format Python and Rust"
+
+demo: build
+	unskit demo
+
+test: system-deps build lint
+	cargo test -p unskit-core --release
+	$(PY) -m pytest tests
+
+bench: system-deps build
+	$(PY) -m pytest benches --benchmark-only -p no:randomly -q
+	$(PY) benches/report.py
+
+lint: build
+	ruff check python tests benches
+	ruff format --check python tests benches
+	mypy
+	$(PY) -m mypy.stubtest unskit._core --allowlist .stubtest-allowlist
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets --release -- -D warnings
+
+fmt: venv
+	ruff format python tests benches
+	ruff check --fix python tests benches
+	cargo fmt --all
+
+system-deps:
+	scripts/install-system-deps
+
+venv: $(VENV)/bin/maturin
+
+$(VENV)/bin/maturin:
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q 'maturin>=1.9,<2'
+
+# Builds the Rust extension in release mode and installs the package editable with its extras.
+build: venv
+	maturin develop --release --quiet --extras $(EXTRAS)
+
+clean:
+	cargo clean
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks

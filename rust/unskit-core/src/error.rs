@@ -1,0 +1,22 @@
+//! The one error type of the core; `unskit-py/src/errors.rs` maps each variant to Python.
+
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CoreError {
+    /// Bytes that are not a protobuf envelope at all (truncated, wrong wire types, bad UTF-8).
+    MalformedEnvelope(String),
+    /// A well-formed envelope, or content for one, that breaks an envelope rule.
+    InvalidEnvelope(String),
+}
+
+impl fmt::Display for CoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CoreError::MalformedEnvelope(detail) => write!(f, "malformed envelope: {detail}"),
+            CoreError::InvalidEnvelope(detail) => write!(f, "invalid envelope: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for CoreError {}

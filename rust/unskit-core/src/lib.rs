@@ -1,0 +1,9 @@
+//! unskit's pure-Rust core: bytes, numbers and frames.
+//!
+//! Nothing here knows Python, MQTT, files, threads or configuration documents; the
+//! `unskit-py` crate binds it to Python and is the only crate that sees Python types.
+
+pub mod envelope;
+pub mod error;
+
+pub use error::CoreError;
