@@ -1,0 +1,47 @@
+"""Shared benchmark plumbing: every bench records ours beside its anchor as one row.
+
+Rows go to benches/results.json (name, ours_ops_per_s, anchor, anchor_ops_per_s, ratio);
+`benches/report.py` prints them as a table after `make bench`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+RESULTS = Path(__file__).with_name("results.json")
+
+
+def record_ratio(
+    name: str,
+    ours_ops_per_s: float,
+    anchor: str,
+    anchor_ops_per_s: float,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Adds (or replaces) the row `name` in results.json and returns it."""
+    row: dict[str, Any] = {
+        "name": name,
+        "ours_ops_per_s": round(ours_ops_per_s, 1),
+        "anchor": anchor,
+        "anchor_ops_per_s": round(anchor_ops_per_s, 1),
+        "ratio": round(ours_ops_per_s / anchor_ops_per_s, 2),
+        **extra,
+    }
+    rows = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
+    rows = [r for r in rows if r["name"] != name] + [row]
+    tmp = RESULTS.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rows, indent=2) + "\n")
+    os.replace(tmp, RESULTS)
+    return row
+
+
+@pytest.fixture
+def ratio() -> Callable[..., dict[str, Any]]:
+    """The `record_ratio` function, for benches that measure outside pytest-benchmark."""
+    return record_ratio

@@ -1,0 +1,1 @@
+"""Component configuration: sources and platforms, schemas, `$secret` references, reload."""

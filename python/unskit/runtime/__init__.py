@@ -1,0 +1,1 @@
+"""The component runtime: health probes, logging, shutdown, metrics, events, the builder."""
