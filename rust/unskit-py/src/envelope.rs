@@ -18,7 +18,8 @@ use unskit_core::envelope::{
 use crate::errors::{envelope_error, to_py};
 use crate::gil::detached;
 
-/// Inputs at least this long are decoded with the GIL released (see benches/).
+/// Inputs at least this long are decoded with the GIL released: releasing and re-taking it
+/// costs about 0.2 us, under a tenth of decoding 16 KiB, and other threads keep running.
 const DETACHED_DECODE_BYTES: usize = 16 * 1024;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -87,10 +88,9 @@ fn to_value(obj: &Bound<'_, PyAny>, depth: usize, at: &At<'_>) -> PyResult<Value
         check_nesting(depth, at)?;
         let mut fields = BTreeMap::new();
         for (key, item) in dict.iter() {
-            fields.insert(
-                map_key(&key, at)?,
-                to_value(&item, depth + 1, &At::Key(at, "?")).map_err(|e| rekey(e, &key, at))?,
-            );
+            let name = map_key(&key, at)?;
+            let value = to_value(&item, depth + 1, &At::Key(at, &name))?;
+            fields.insert(name, value);
         }
         Kind::MapValue(MapValue { fields })
     } else if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
@@ -140,26 +140,6 @@ fn map_key(key: &Bound<'_, PyAny>, at: &At<'_>) -> PyResult<String> {
             at.render(),
             key.get_type().name()?
         ))),
-    }
-}
-
-// A dict's error path is only known once the key is: the child ran with a placeholder.
-fn rekey(error: PyErr, key: &Bound<'_, PyAny>, at: &At<'_>) -> PyErr {
-    let py = key.py();
-    let Ok(name) = key.cast::<PyString>().map(|s| s.to_string()) else {
-        return error;
-    };
-    let placeholder = At::Key(at, "?").render();
-    let exact = At::Key(at, &name).render();
-    let message = error.value(py).to_string();
-    if !message.starts_with(&placeholder) {
-        return error;
-    }
-    let fixed = format!("{exact}{}", &message[placeholder.len()..]);
-    let kind = error.get_type(py);
-    match kind.call1((fixed,)) {
-        Ok(instance) => PyErr::from_value(instance),
-        Err(_) => error,
     }
 }
 

@@ -4,7 +4,6 @@ use pyo3::Python;
 
 /// Batch and image work run detached from the interpreter so other threads keep going;
 /// the closure must own or immutably borrow its inputs (never a mutable Python buffer).
-#[allow(dead_code)] // first callers arrive with the CIP and image kernels
 pub fn detached<T, F>(py: Python<'_>, work: F) -> T
 where
     F: pyo3::marker::Ungil + FnOnce() -> T,
