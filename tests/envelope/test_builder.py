@@ -164,7 +164,7 @@ def test_signal_update_body_carries_samples():
 def test_signal_sample_quality_defaults_to_good():
     message = MessageBuilder("r", "1").signal_update("T", [{"value": 1}]).build()
     assert message.body["samples"][0]["quality"] == "GOOD"
-    assert message.body["signal"]["name"] is None
+    assert message.body["signal"] == {"id": "T"}
 
 
 def test_content_metadata_is_carried():

@@ -49,7 +49,7 @@ def theirs(pb, message: Message):
         body = message.body
         update = env.southbound_signal_update
         update.signal.id = body["signal"]["id"]
-        update.signal.name = body["signal"]["name"] or ""
+        update.signal.name = body["signal"].get("name", "")
         for s in body["samples"]:
             sample = update.samples.add()
             sample.value.CopyFrom(value_from_python(pb, s["value"]))

@@ -9,10 +9,10 @@ use pyo3::types::{
     PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PyMemoryView,
     PySequence, PyString, PyTuple,
 };
-use serde_json::Value as Json;
 use unskit_core::envelope::{
-    self as core, BinaryView, Body as CoreBody, Envelope, Kind, ListValue, MapValue, Quality,
-    Sample, Signal, SouthboundSignalUpdate, Value, MAX_OPAQUE_BYTES, MAX_VALUE_DEPTH,
+    self as core, BinaryView, Body as CoreBody, Envelope, Kind, ListValue, MapValue,
+    ProjectionSink, Quality, Sample, Signal, SouthboundSignalUpdate, Value, MAX_OPAQUE_BYTES,
+    MAX_VALUE_DEPTH,
 };
 
 use crate::errors::{envelope_error, to_py};
@@ -144,58 +144,44 @@ fn map_key(key: &Bound<'_, PyAny>, at: &At<'_>) -> PyResult<String> {
 }
 
 // ---------------------------------------------------------------------------------------
-// Core values to Python objects.
+// The core's projection, built straight into Python objects.
 
-fn value_to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
-    Ok(match &value.kind {
-        None | Some(Kind::NullValue(_)) => py.None().into_bound(py),
-        Some(Kind::BoolValue(b)) => PyBool::new(py, *b).to_owned().into_any(),
-        Some(Kind::IntValue(i)) => i.into_pyobject(py)?.into_any(),
-        Some(Kind::DoubleValue(d)) => PyFloat::new(py, *d).into_any(),
-        Some(Kind::StringValue(s)) => PyString::new(py, s).into_any(),
-        Some(Kind::BytesValue(b)) => PyBytes::new(py, b).into_any(),
-        Some(Kind::ListValue(list)) => {
-            let items = list
-                .values
-                .iter()
-                .map(|v| value_to_py(py, v))
-                .collect::<PyResult<Vec<_>>>()?;
-            PyList::new(py, items)?.into_any()
-        }
-        Some(Kind::MapValue(map)) => {
-            let dict = PyDict::new(py);
-            for (k, v) in &map.fields {
-                dict.set_item(k, value_to_py(py, v)?)?;
-            }
-            dict.into_any()
-        }
-    })
+struct PySink<'py> {
+    py: Python<'py>,
 }
 
-fn json_to_py<'py>(py: Python<'py>, json: &Json) -> PyResult<Bound<'py, PyAny>> {
-    Ok(match json {
-        Json::Null => py.None().into_bound(py),
-        Json::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
-        Json::Number(n) => match n.as_i64() {
-            Some(i) => i.into_pyobject(py)?.into_any(),
-            None => PyFloat::new(py, n.as_f64().unwrap_or(f64::NAN)).into_any(),
-        },
-        Json::String(s) => PyString::new(py, s).into_any(),
-        Json::Array(items) => {
-            let items = items
-                .iter()
-                .map(|v| json_to_py(py, v))
-                .collect::<PyResult<Vec<_>>>()?;
-            PyList::new(py, items)?.into_any()
+impl<'py> ProjectionSink for PySink<'py> {
+    type Out = Bound<'py, PyAny>;
+    type Error = PyErr;
+
+    fn null(&mut self) -> PyResult<Self::Out> {
+        Ok(self.py.None().into_bound(self.py))
+    }
+    fn boolean(&mut self, value: bool) -> PyResult<Self::Out> {
+        Ok(PyBool::new(self.py, value).to_owned().into_any())
+    }
+    fn int(&mut self, value: i64) -> PyResult<Self::Out> {
+        Ok(value.into_pyobject(self.py)?.into_any())
+    }
+    fn float(&mut self, value: f64) -> PyResult<Self::Out> {
+        Ok(PyFloat::new(self.py, value).into_any())
+    }
+    fn string(&mut self, value: &str) -> PyResult<Self::Out> {
+        Ok(PyString::new(self.py, value).into_any())
+    }
+    fn bytes(&mut self, value: &[u8]) -> PyResult<Self::Out> {
+        Ok(PyBytes::new(self.py, value).into_any())
+    }
+    fn list(&mut self, items: Vec<Self::Out>) -> PyResult<Self::Out> {
+        Ok(PyList::new(self.py, items)?.into_any())
+    }
+    fn map(&mut self, entries: Vec<(&str, Self::Out)>) -> PyResult<Self::Out> {
+        let dict = PyDict::new(self.py);
+        for (key, value) in entries {
+            dict.set_item(key, value)?;
         }
-        Json::Object(fields) => {
-            let dict = PyDict::new(py);
-            for (k, v) in fields {
-                dict.set_item(k, json_to_py(py, v)?)?;
-            }
-            dict.into_any()
-        }
-    })
+        Ok(dict.into_any())
+    }
 }
 
 fn non_empty(value: &str) -> Option<String> {
@@ -557,7 +543,7 @@ impl Message {
 
     /// The JSON projection, with bytes as `{"_libBinary": base64}` markers.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        json_to_py(py, &core::to_json(&self.envelope, BinaryView::Marker))
+        core::project(&self.envelope, BinaryView::Marker, &mut PySink { py })
     }
 
     /// Compact JSON for logs: bytes replaced by their length and SHA-256.
@@ -627,35 +613,7 @@ impl Message {
     /// bodies as bytes, typed bodies as a dict, no body as None.
     #[getter]
     fn body<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        match &self.envelope.body {
-            None => Ok(py.None().into_bound(py)),
-            Some(CoreBody::Structured(value)) => value_to_py(py, value),
-            Some(CoreBody::Opaque(bytes)) => Ok(PyBytes::new(py, bytes).into_any()),
-            Some(CoreBody::SouthboundSignalUpdate(update)) => {
-                let dict = PyDict::new(py);
-                let signal = update.signal.clone().unwrap_or_default();
-                let signal_dict = PyDict::new(py);
-                signal_dict.set_item("id", signal.id)?;
-                signal_dict.set_item("name", non_empty(&signal.name))?;
-                dict.set_item("signal", signal_dict)?;
-                let samples = PyList::empty(py);
-                for sample in &update.samples {
-                    let s = PyDict::new(py);
-                    match &sample.value {
-                        Some(value) => s.set_item("value", value_to_py(py, value)?)?,
-                        None => s.set_item("value", py.None())?,
-                    }
-                    let quality = Quality::try_from(sample.quality)
-                        .map_or_else(|_| sample.quality.to_string(), |q| q.label().to_owned());
-                    s.set_item("quality", quality)?;
-                    s.set_item("source_timestamp_ms", sample.source_timestamp_ms)?;
-                    s.set_item("server_timestamp_ms", sample.server_timestamp_ms)?;
-                    samples.append(s)?;
-                }
-                dict.set_item("samples", samples)?;
-                Ok(dict.into_any())
-            }
-        }
+        core::project_body(&self.envelope.body, BinaryView::Native, &mut PySink { py })
     }
 
     /// The oneof field name of the body ("structured", "opaque",

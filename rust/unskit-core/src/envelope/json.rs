@@ -1,159 +1,207 @@
-//! The JSON projection: snake_case header keys, an RFC 3339 `timestamp` beside
-//! `timestamp_ms`, and bytes as `{"_libBinary": base64}` markers.
+//! The projection of an envelope into JSON-like values, written once and driven into a
+//! sink: a JSON tree here, Python objects in the bindings.
+//!
+//! Header keys are snake_case with an RFC 3339 `timestamp` beside `timestamp_ms`; absent
+//! optional parts are left out; bytes become `{"_libBinary": base64}` markers (or a digest
+//! summary, for diagnostics) unless the sink takes them natively.
 
-use base64::Engine;
+use std::convert::Infallible;
+
 use serde_json::{Map, Number, Value as Json};
 use sha2::{Digest, Sha256};
 
-use super::model::{Body, Envelope, Kind, Quality, Value};
+use super::model::{Body, Envelope, Kind, Quality, SouthboundSignalUpdate, Value};
 use super::time::rfc3339_from_ms;
 
 /// How bytes appear in the projection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BinaryView {
-    /// `{"_libBinary": "<base64>"}`: lossless.
+    /// `{"_libBinary": "<base64>"}`: lossless and JSON-safe.
     Marker,
     /// `{"_libBinaryDigest": {"length": n, "sha256": "<hex>"}}`: for diagnostics, not exchange.
     Digest,
+    /// The sink's own bytes type, and non-finite floats kept: the native (Python) view.
+    Native,
 }
 
-/// The projection as a JSON tree, keys in the order a reader expects.
-pub fn to_json(envelope: &Envelope, binary: BinaryView) -> Json {
-    let mut root = Map::new();
-    if let Some(header) = &envelope.header {
-        let mut h = Map::new();
-        h.insert("name".into(), header.name.clone().into());
-        h.insert("version".into(), header.version.clone().into());
-        h.insert("timestamp_ms".into(), header.timestamp_ms.into());
-        h.insert(
-            "timestamp".into(),
-            rfc3339_from_ms(header.timestamp_ms).into(),
-        );
-        h.insert("uuid".into(), header.uuid.clone().into());
-        insert_present(&mut h, "correlation_id", &header.correlation_id);
-        insert_present(&mut h, "reply_to", &header.reply_to);
-        root.insert("header".into(), Json::Object(h));
+/// Builds one output value per projected value, bottom-up.
+pub trait ProjectionSink {
+    type Out;
+    type Error;
+    fn null(&mut self) -> Result<Self::Out, Self::Error>;
+    fn boolean(&mut self, value: bool) -> Result<Self::Out, Self::Error>;
+    fn int(&mut self, value: i64) -> Result<Self::Out, Self::Error>;
+    fn float(&mut self, value: f64) -> Result<Self::Out, Self::Error>;
+    fn string(&mut self, value: &str) -> Result<Self::Out, Self::Error>;
+    /// Only called with `BinaryView::Native`.
+    fn bytes(&mut self, value: &[u8]) -> Result<Self::Out, Self::Error>;
+    fn list(&mut self, items: Vec<Self::Out>) -> Result<Self::Out, Self::Error>;
+    fn map(&mut self, entries: Vec<(&str, Self::Out)>) -> Result<Self::Out, Self::Error>;
+}
+
+/// The whole envelope: header, identity, tags, body, content metadata.
+pub fn project<S: ProjectionSink>(
+    envelope: &Envelope,
+    binary: BinaryView,
+    sink: &mut S,
+) -> Result<S::Out, S::Error> {
+    let mut root = Vec::with_capacity(7);
+    if let Some(h) = &envelope.header {
+        let mut header = vec![
+            ("name", sink.string(&h.name)?),
+            ("version", sink.string(&h.version)?),
+            ("timestamp_ms", sink.int(h.timestamp_ms)?),
+            ("timestamp", sink.string(&rfc3339_from_ms(h.timestamp_ms))?),
+            ("uuid", sink.string(&h.uuid)?),
+        ];
+        push_present(sink, &mut header, "correlation_id", &h.correlation_id)?;
+        push_present(sink, &mut header, "reply_to", &h.reply_to)?;
+        root.push(("header", sink.map(header)?));
     }
-    if let Some(identity) = &envelope.identity {
-        let mut i = Map::new();
-        i.insert("hier".into(), identity.hier.clone().into());
-        i.insert("path".into(), identity.path.clone().into());
-        i.insert("component".into(), identity.component.clone().into());
-        insert_present(&mut i, "instance", &identity.instance);
-        root.insert("identity".into(), Json::Object(i));
+    if let Some(i) = &envelope.identity {
+        let mut identity = vec![
+            ("hier", sink.string(&i.hier)?),
+            ("path", sink.string(&i.path)?),
+            ("component", sink.string(&i.component)?),
+        ];
+        push_present(sink, &mut identity, "instance", &i.instance)?;
+        root.push(("identity", sink.map(identity)?));
     }
     if !envelope.tags.is_empty() {
-        let tags = envelope
-            .tags
-            .iter()
-            .map(|(k, v)| (k.clone(), Json::String(v.clone())))
-            .collect();
-        root.insert("tags".into(), Json::Object(tags));
-    }
-    let body = match &envelope.body {
-        None => Json::Null,
-        Some(Body::Structured(value)) => value_to_json(value, binary),
-        Some(Body::Opaque(bytes)) => bytes_to_json(bytes, binary),
-        Some(Body::SouthboundSignalUpdate(update)) => {
-            let mut u = Map::new();
-            if let Some(signal) = &update.signal {
-                let mut s = Map::new();
-                s.insert("id".into(), signal.id.clone().into());
-                insert_present(&mut s, "name", &signal.name);
-                u.insert("signal".into(), Json::Object(s));
-            }
-            let samples = update
-                .samples
-                .iter()
-                .map(|sample| {
-                    let mut s = Map::new();
-                    let value = sample
-                        .value
-                        .as_ref()
-                        .map_or(Json::Null, |v| value_to_json(v, binary));
-                    s.insert("value".into(), value);
-                    s.insert("quality".into(), quality_to_json(sample.quality));
-                    s.insert(
-                        "source_timestamp_ms".into(),
-                        sample.source_timestamp_ms.into(),
-                    );
-                    s.insert(
-                        "server_timestamp_ms".into(),
-                        sample.server_timestamp_ms.into(),
-                    );
-                    Json::Object(s)
-                })
-                .collect();
-            u.insert("samples".into(), Json::Array(samples));
-            Json::Object(u)
+        let mut tags = Vec::with_capacity(envelope.tags.len());
+        for (k, v) in &envelope.tags {
+            tags.push((k.as_str(), sink.string(v)?));
         }
-    };
-    root.insert("body".into(), body);
-    insert_present(&mut root, "content_type", &envelope.content_type);
-    insert_present(&mut root, "content_encoding", &envelope.content_encoding);
-    insert_present(&mut root, "schema", &envelope.schema);
-    Json::Object(root)
+        root.push(("tags", sink.map(tags)?));
+    }
+    root.push(("body", project_body(&envelope.body, binary, sink)?));
+    push_present(sink, &mut root, "content_type", &envelope.content_type)?;
+    push_present(
+        sink,
+        &mut root,
+        "content_encoding",
+        &envelope.content_encoding,
+    )?;
+    push_present(sink, &mut root, "schema", &envelope.schema)?;
+    sink.map(root)
 }
 
-/// The projection as compact JSON text.
-pub fn to_json_string(envelope: &Envelope, binary: BinaryView) -> String {
-    to_json(envelope, binary).to_string()
+/// The body alone: a structured value, opaque bytes, a typed body's fields, or null.
+pub fn project_body<S: ProjectionSink>(
+    body: &Option<Body>,
+    binary: BinaryView,
+    sink: &mut S,
+) -> Result<S::Out, S::Error> {
+    match body {
+        None => sink.null(),
+        Some(Body::Structured(value)) => project_value(value, binary, sink),
+        Some(Body::Opaque(bytes)) => project_bytes(bytes, binary, sink),
+        Some(Body::SouthboundSignalUpdate(update)) => project_signal_update(update, binary, sink),
+    }
 }
 
-fn insert_present(map: &mut Map<String, Json>, key: &str, value: &str) {
+fn project_signal_update<S: ProjectionSink>(
+    update: &SouthboundSignalUpdate,
+    binary: BinaryView,
+    sink: &mut S,
+) -> Result<S::Out, S::Error> {
+    let mut fields = Vec::with_capacity(2);
+    if let Some(signal) = &update.signal {
+        let mut s = vec![("id", sink.string(&signal.id)?)];
+        push_present(sink, &mut s, "name", &signal.name)?;
+        fields.push(("signal", sink.map(s)?));
+    }
+    let mut samples = Vec::with_capacity(update.samples.len());
+    for sample in &update.samples {
+        let value = match &sample.value {
+            Some(v) => project_value(v, binary, sink)?,
+            None => sink.null()?,
+        };
+        // A quality from a newer schema stays a number rather than being guessed.
+        let quality = match Quality::try_from(sample.quality) {
+            Ok(known) => sink.string(known.label())?,
+            Err(_) => sink.int(i64::from(sample.quality))?,
+        };
+        let entries = vec![
+            ("value", value),
+            ("quality", quality),
+            ("source_timestamp_ms", sink.int(sample.source_timestamp_ms)?),
+            ("server_timestamp_ms", sink.int(sample.server_timestamp_ms)?),
+        ];
+        samples.push(sink.map(entries)?);
+    }
+    fields.push(("samples", sink.list(samples)?));
+    sink.map(fields)
+}
+
+fn push_present<'a, S: ProjectionSink>(
+    sink: &mut S,
+    entries: &mut Vec<(&'a str, S::Out)>,
+    key: &'a str,
+    value: &str,
+) -> Result<(), S::Error> {
     if !value.is_empty() {
-        map.insert(key.into(), value.into());
+        entries.push((key, sink.string(value)?));
     }
+    Ok(())
 }
 
-/// A known quality projects as its label; a value from a newer schema stays a number.
-fn quality_to_json(quality: i32) -> Json {
-    match Quality::try_from(quality) {
-        Ok(known) => known.label().into(),
-        Err(_) => quality.into(),
-    }
-}
-
-fn value_to_json(value: &Value, binary: BinaryView) -> Json {
+fn project_value<S: ProjectionSink>(
+    value: &Value,
+    binary: BinaryView,
+    sink: &mut S,
+) -> Result<S::Out, S::Error> {
     match &value.kind {
-        // An unset kind is read as null, as protobuf readers of google.protobuf.Value do.
-        None | Some(Kind::NullValue(_)) => Json::Null,
-        Some(Kind::BoolValue(b)) => Json::Bool(*b),
-        Some(Kind::IntValue(i)) => Json::Number((*i).into()),
-        // JSON has no NaN or infinity: they project as null.
-        Some(Kind::DoubleValue(d)) => Number::from_f64(*d).map_or(Json::Null, Json::Number),
-        Some(Kind::StringValue(s)) => Json::String(s.clone()),
-        Some(Kind::ListValue(list)) => Json::Array(
-            list.values
-                .iter()
-                .map(|v| value_to_json(v, binary))
-                .collect(),
-        ),
-        Some(Kind::MapValue(map)) => Json::Object(
-            map.fields
-                .iter()
-                .map(|(k, v)| (k.clone(), value_to_json(v, binary)))
-                .collect(),
-        ),
-        Some(Kind::BytesValue(bytes)) => bytes_to_json(bytes, binary),
+        // An unset kind reads as null, as protobuf readers of google.protobuf.Value do.
+        None | Some(Kind::NullValue(_)) => sink.null(),
+        Some(Kind::BoolValue(b)) => sink.boolean(*b),
+        Some(Kind::IntValue(i)) => sink.int(*i),
+        // JSON has no NaN or infinity: the JSON views show null.
+        Some(Kind::DoubleValue(d)) if !d.is_finite() && binary != BinaryView::Native => sink.null(),
+        Some(Kind::DoubleValue(d)) => sink.float(*d),
+        Some(Kind::StringValue(s)) => sink.string(s),
+        Some(Kind::ListValue(list)) => {
+            let mut items = Vec::with_capacity(list.values.len());
+            for v in &list.values {
+                items.push(project_value(v, binary, sink)?);
+            }
+            sink.list(items)
+        }
+        Some(Kind::MapValue(map)) => {
+            let mut entries = Vec::with_capacity(map.fields.len());
+            for (k, v) in &map.fields {
+                entries.push((k.as_str(), project_value(v, binary, sink)?));
+            }
+            sink.map(entries)
+        }
+        Some(Kind::BytesValue(bytes)) => project_bytes(bytes, binary, sink),
     }
 }
 
-fn bytes_to_json(bytes: &[u8], binary: BinaryView) -> Json {
-    let mut marker = Map::new();
+fn project_bytes<S: ProjectionSink>(
+    bytes: &[u8],
+    binary: BinaryView,
+    sink: &mut S,
+) -> Result<S::Out, S::Error> {
     match binary {
+        BinaryView::Native => sink.bytes(bytes),
         BinaryView::Marker => {
-            let encoded = base64::engine::general_purpose::STANDARD.encode(bytes);
-            marker.insert("_libBinary".into(), encoded.into());
+            let encoded = base64_simd::STANDARD.encode_to_string(bytes);
+            let marker = sink.string(&encoded)?;
+            sink.map(vec![("_libBinary", marker)])
         }
         BinaryView::Digest => {
-            let mut digest = Map::new();
-            digest.insert("length".into(), bytes.len().into());
-            digest.insert("sha256".into(), hex(&Sha256::digest(bytes)).into());
-            marker.insert("_libBinaryDigest".into(), Json::Object(digest));
+            let digest = vec![
+                (
+                    "length",
+                    sink.int(i64::try_from(bytes.len()).unwrap_or(i64::MAX))?,
+                ),
+                ("sha256", sink.string(&hex(&Sha256::digest(bytes)))?),
+            ];
+            let digest = sink.map(digest)?;
+            sink.map(vec![("_libBinaryDigest", digest)])
         }
     }
-    Json::Object(marker)
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -167,6 +215,56 @@ fn hex(bytes: &[u8]) -> String {
             ]
         })
         .collect()
+}
+
+/// Builds a `serde_json` tree; native bytes (not JSON) fall back to the marker form.
+struct JsonTree;
+
+impl ProjectionSink for JsonTree {
+    type Out = Json;
+    type Error = Infallible;
+    fn null(&mut self) -> Result<Json, Infallible> {
+        Ok(Json::Null)
+    }
+    fn boolean(&mut self, value: bool) -> Result<Json, Infallible> {
+        Ok(Json::Bool(value))
+    }
+    fn int(&mut self, value: i64) -> Result<Json, Infallible> {
+        Ok(Json::Number(value.into()))
+    }
+    fn float(&mut self, value: f64) -> Result<Json, Infallible> {
+        Ok(Number::from_f64(value).map_or(Json::Null, Json::Number))
+    }
+    fn string(&mut self, value: &str) -> Result<Json, Infallible> {
+        Ok(Json::String(value.to_owned()))
+    }
+    fn bytes(&mut self, value: &[u8]) -> Result<Json, Infallible> {
+        project_bytes(value, BinaryView::Marker, self)
+    }
+    fn list(&mut self, items: Vec<Json>) -> Result<Json, Infallible> {
+        Ok(Json::Array(items))
+    }
+    fn map(&mut self, entries: Vec<(&str, Json)>) -> Result<Json, Infallible> {
+        Ok(Json::Object(
+            entries
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect::<Map<_, _>>(),
+        ))
+    }
+}
+
+/// The projection as a JSON tree.
+pub fn to_json(envelope: &Envelope, binary: BinaryView) -> Json {
+    match project(envelope, binary, &mut JsonTree) {
+        Ok(json) => json,
+        Err(never) => match never {},
+    }
+}
+
+/// The projection as compact JSON text.
+pub fn to_json_string(envelope: &Envelope, binary: BinaryView) -> String {
+    to_json(envelope, binary).to_string()
 }
 
 /// Parses JSON text into a structured value, or `None` when the text is not JSON.

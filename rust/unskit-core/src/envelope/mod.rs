@@ -9,7 +9,10 @@ mod time;
 pub use codec::{
     decode, encode, encode_into, encoded_len, validate, MAX_OPAQUE_BYTES, MAX_VALUE_DEPTH,
 };
-pub use json::{to_json, to_json_string, value_from_json_text, BinaryView};
+pub use json::{
+    project, project_body, to_json, to_json_string, value_from_json_text, BinaryView,
+    ProjectionSink,
+};
 pub use model::{
     body_case, Body, Envelope, Header, Identity, Kind, ListValue, MapValue, NullValue, Quality,
     Sample, Signal, SouthboundSignalUpdate, Value,
