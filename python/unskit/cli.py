@@ -1,12 +1,28 @@
-"""The `unskit` command line."""
+"""The `unskit` command line.
+
+Exit codes: 0 success; 1 a demo mismatch; 2 a configuration, vault or usage error (nothing
+is started or half-written when 2 is returned).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
+from unskit.config.loader import ConfigLoader, add_config_arguments, resolve_config
+from unskit.config.schema import is_topic_level, validate_document
+from unskit.config.secrets import SecretRef
+from unskit.config.vault import DEFAULT_KEY_ENV, Vault, VaultKey
 from unskit.envelope import Identity, Message, MessageBuilder
+from unskit.errors import ConfigError, ConfigIssue, SecretError
+
+EXIT_OK = 0
+EXIT_CONFIG = 2
 
 
 def _demo(_: argparse.Namespace) -> int:
@@ -24,12 +40,213 @@ def _demo(_: argparse.Namespace) -> int:
     return 0 if decoded == message else 1
 
 
+# -- validate --------------------------------------------------------------------------------
+
+
+def _validate(args: argparse.Namespace) -> int:
+    try:
+        component_schema = _read_schema(args.schema) if args.schema else None
+        loader = ConfigLoader(
+            args.config,
+            thing=args.thing,
+            platform=args.platform,
+            component_schema=component_schema,
+            default_component=args.component,
+        )
+        document = loader.read()
+        component = document.get("component")
+        token = component.get("token") if isinstance(component, Mapping) else None
+        if loader.thing is not None and (token is not None or args.component is not None):
+            config = resolve_config(
+                document,
+                thing=loader.thing,
+                platform=loader.platform,
+                component_schema=component_schema,
+                default_component=args.component,
+                source=loader.source.location,
+            )
+            detail = f"identity {config.identity.hier} = {config.identity.path}, "
+            detail += f"component {config.component_token}"
+        else:
+            issues = validate_document(
+                document, platform=loader.platform, component_schema=component_schema
+            )
+            if loader.thing is not None and not is_topic_level(loader.thing):
+                issues.append(ConfigIssue("-t/--thing", "must be one non-empty topic level"))
+            if issues:
+                raise ConfigError(issues, source=loader.source.location)
+            detail = "identity not built: it needs a thing name and a component token"
+    except ConfigError as exc:
+        return _report(exc)
+    print(f"OK: {loader.source.location} is valid on {loader.platform.value} ({detail})")
+    return EXIT_OK
+
+
+def _read_schema(path: str) -> dict[str, Any]:
+    try:
+        schema = json.loads(Path(path).read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError([ConfigIssue("--schema", f"cannot be read as JSON: {exc}")]) from None
+    if not isinstance(schema, dict):
+        raise ConfigError([ConfigIssue("--schema", "must be a JSON Schema object")])
+    return schema
+
+
+def _report(error: ConfigError) -> int:
+    where = f"{error.source}: " if error.source else ""
+    count = len(error.issues)
+    noun = "error" if count == 1 else "errors"
+    print(f"{where}{count} configuration {noun}", file=sys.stderr)
+    for issue in error.issues:
+        print(f"  {issue.path}: {issue.message}", file=sys.stderr)
+    return EXIT_CONFIG
+
+
+# -- vault -----------------------------------------------------------------------------------
+
+
+def _vault(args: argparse.Namespace) -> int:
+    try:
+        if args.vault_command == "keygen":
+            return _keygen(Path(args.key_file), force=args.force)
+        if args.key_file:
+            key = VaultKey.from_file(args.key_file)
+        else:
+            key = VaultKey.from_env(args.key_env or DEFAULT_KEY_ENV)
+        vault = Vault(args.vault, key)
+        if args.vault_command == "list":
+            for name in vault.names():
+                print(name)
+        elif args.vault_command == "put":
+            vault.put(args.name, _read_value(args))
+            print(f"stored secret {args.name!r} in {args.vault}")
+        elif args.vault_command == "delete":
+            if not vault.delete(args.name):
+                print(f"vault {args.vault} has no secret named {args.name!r}", file=sys.stderr)
+                return EXIT_CONFIG
+            print(f"deleted secret {args.name!r}")
+        else:
+            return _get(vault, args)
+    except SecretError as exc:
+        print(f"unskit vault: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    return EXIT_OK
+
+
+def _get(vault: Vault, args: argparse.Namespace) -> int:
+    value = vault.get(args.name)
+    if args.field is not None:
+        secret = vault.resolve(SecretRef(args.name, args.field))
+        text = secret.reveal()
+        shape = f"field {args.field!r} of a bundle"
+    elif isinstance(value, str):
+        text = value
+        shape = "a value"
+    else:
+        text = json.dumps(value, indent=2, sort_keys=True)
+        shape = f"a bundle with fields {', '.join(sorted(value))}"
+    if not args.reveal:
+        print(f"secret {args.name!r} is set ({shape}); add --reveal to print it")
+        return EXIT_OK
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return EXIT_OK
+
+
+def _read_value(args: argparse.Namespace) -> str | dict[str, str]:
+    if args.from_file:
+        try:
+            text = Path(args.from_file).read_text("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SecretError(f"cannot read {args.from_file}: {exc}") from None
+    else:
+        # Never from an argument: argv is visible to every user of the machine.
+        text = sys.stdin.read()
+        if text.endswith("\n"):
+            text = text[:-1]
+    if not args.json:
+        return text
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise SecretError("--json: the value is not valid JSON") from None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise SecretError("--json: the value must be an object of string fields")
+    return value
+
+
+def _keygen(path: Path, *, force: bool) -> int:
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError:
+        print(f"unskit vault: {path} exists; add --force to replace it", file=sys.stderr)
+        return EXIT_CONFIG
+    with os.fdopen(fd, "w", encoding="ascii") as handle:
+        handle.write(VaultKey.generate().to_text() + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    print(f"wrote a new vault key to {path}")
+    return EXIT_OK
+
+
+def _add_vault_parser(commands: Any) -> None:
+    vault = commands.add_parser("vault", help="manage the encrypted secrets vault")
+    verbs = vault.add_subparsers(dest="vault_command", required=True)
+
+    def common(name: str, help_text: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = verbs.add_parser(name, help=help_text)
+        parser.add_argument("--vault", required=True, metavar="FILE", help="vault file")
+        keys = parser.add_mutually_exclusive_group()
+        keys.add_argument("--key-file", metavar="F", help="key file (from `vault keygen`)")
+        keys.add_argument(
+            "--key-env", metavar="VAR", help="variable holding the key (default UNSKIT_VAULT_KEY)"
+        )
+        return parser
+
+    keygen = verbs.add_parser("keygen", help="write a new random key file (mode 0600)")
+    keygen.add_argument("--key-file", required=True, metavar="F")
+    keygen.add_argument("--force", action="store_true", help="replace an existing key file")
+
+    put = common("put", "store a secret read from stdin (or --from-file)")
+    put.add_argument("name")
+    put.add_argument("--from-file", metavar="PATH", help="read the value from a file")
+    put.add_argument(
+        "--json", action="store_true", help="the value is a bundle: a JSON object of strings"
+    )
+
+    get = common("get", "show whether a secret is set; its value only with --reveal")
+    get.add_argument("name")
+    get.add_argument("--field", help="one field of a bundle")
+    get.add_argument("--reveal", action="store_true", help="print the value")
+
+    common("list", "list secret names (never values)")
+
+    delete = common("delete", "remove a secret")
+    delete.add_argument("name")
+
+    vault.set_defaults(run=_vault)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the process exit code."""
-    parser = argparse.ArgumentParser(prog="unskit", description=__doc__)
+    parser = argparse.ArgumentParser(prog="unskit", description="unskit command line")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run the demo")
     demo.set_defaults(run=_demo)
+
+    validate = commands.add_parser(
+        "validate", help="validate a configuration; exit 2 listing every error"
+    )
+    add_config_arguments(validate)
+    validate.add_argument(
+        "--component", metavar="TOKEN", help="the component's built-in token, if it has one"
+    )
+    validate.add_argument(
+        "--schema", metavar="FILE", help="the component's JSON Schema for $.component"
+    )
+    validate.set_defaults(run=_validate)
+
+    _add_vault_parser(commands)
     args = parser.parse_args(argv)
     code: int = args.run(args)
     return code

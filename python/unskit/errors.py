@@ -3,15 +3,38 @@
 ::
 
     UnskitError
-    └── EnvelopeError (also ValueError): bytes that are not a valid envelope,
-                                          or content that breaks an envelope rule
+    ├── EnvelopeError (also ValueError): bytes that are not a valid envelope,
+    │                                     or content that breaks an envelope rule
+    ├── ConfigError: a configuration document that cannot be read or breaks a rule;
+    │                carries every `ConfigIssue` (JSON path and rule), not just the first
+    ├── SecretError: a `$secret` reference or vault that cannot be resolved
+    │                (no vault, wrong key, tampered file, unknown secret or field)
+    └── MessagingError: a broker link that cannot do what was asked
+        ├── PublishError: a publish that could not be sent or queued
+        ├── ReservedTopicError (also ValueError): a topic of class state, metric, cfg, log
+        ├── RequestTimeoutError (also TimeoutError): no reply before the deadline
+        └── UnsupportedQosError (also ValueError): a QoS the transport cannot give
 
 The Rust core's errors are mapped to these classes in ``rust/unskit-py/src/errors.rs``.
 """
 
 from __future__ import annotations
 
-__all__ = ["EnvelopeError", "UnskitError"]
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = [
+    "ConfigError",
+    "ConfigIssue",
+    "EnvelopeError",
+    "MessagingError",
+    "PublishError",
+    "RequestTimeoutError",
+    "ReservedTopicError",
+    "SecretError",
+    "UnskitError",
+    "UnsupportedQosError",
+]
 
 
 class UnskitError(Exception):
@@ -20,3 +43,59 @@ class UnskitError(Exception):
 
 class EnvelopeError(UnskitError, ValueError):
     """Envelope bytes that do not decode, or content that breaks an envelope rule."""
+
+
+@dataclass(frozen=True, order=True)
+class ConfigIssue:
+    """One broken rule: the JSON path it sits at (``$.messaging.local.port``) and the rule."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class ConfigError(UnskitError):
+    """A configuration that cannot be used; `issues` lists every rule it breaks."""
+
+    issues: tuple[ConfigIssue, ...]
+
+    def __init__(self, issues: Iterable[ConfigIssue], source: str | None = None) -> None:
+        self.issues = tuple(issues)
+        self.source = source
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = f" in {self.source}" if self.source else ""
+        count = len(self.issues)
+        if count == 0:
+            return f"configuration error{where}"
+        if count == 1:
+            return f"configuration error{where}: {self.issues[0]}"
+        lines = "\n".join(f"  {issue}" for issue in self.issues)
+        return f"{count} configuration errors{where}:\n{lines}"
+
+
+class SecretError(UnskitError):
+    """A secret that cannot be resolved; the message never carries secret material."""
+
+
+class MessagingError(UnskitError):
+    """A broker link that cannot do what was asked (not configured, closed, refused)."""
+
+
+class PublishError(MessagingError):
+    """A publish that could not be sent nor queued for the next connection."""
+
+
+class ReservedTopicError(MessagingError, ValueError):
+    """A publish, request or reply to a topic of class state, metric, cfg or log."""
+
+
+class RequestTimeoutError(MessagingError, TimeoutError):
+    """No reply arrived before the request's deadline (or the caller's wait)."""
+
+
+class UnsupportedQosError(MessagingError, ValueError):
+    """A QoS the transport cannot give, such as QoS 2 on the edge-runtime IPC bus."""

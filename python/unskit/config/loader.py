@@ -1,0 +1,234 @@
+"""Loading a component configuration: source by platform, validation before anything
+starts, the resolved `ComponentConfig`, and live reload from a watched source.
+
+    loader = ConfigLoader("config.json", thing="gw-01", default_component="camera-adapter")
+    config = loader.load()          # raises ConfigError listing every broken rule
+    watch = loader.watch(apply)     # CLUSTER / EDGE_RUNTIME: apply(config) on each valid change
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from unskit.config.model import ComponentConfig, build_config
+from unskit.config.platform import Platform, detect_platform
+from unskit.config.schema import is_topic_level, validate_document
+from unskit.config.sources import ConfigProvider, ConfigSource, Watch, open_source
+from unskit.errors import ConfigError, ConfigIssue
+
+__all__ = [
+    "CONFIG_ENV",
+    "THING_ENV_VARS",
+    "ConfigLoader",
+    "add_config_arguments",
+    "load_config",
+    "resolve_config",
+    "resolve_thing_name",
+]
+
+_log = logging.getLogger(__name__)
+
+# -c/--config when the option is not given.
+CONFIG_ENV = "UNSKIT_CONFIG"
+# The thing name when -t/--thing is not given, first set wins; the second is the variable
+# the managed edge runtime gives every component.
+THING_ENV_VARS = ("UNSKIT_THING_NAME", "AWS_IOT_THING_NAME")
+THING_OPTION = "-t/--thing"
+PLATFORM_OPTION = "--platform"
+
+
+def resolve_thing_name(
+    thing: str | None = None, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """-t/--thing wins, then UNSKIT_THING_NAME, then AWS_IOT_THING_NAME; None when unset."""
+    if thing:
+        return thing
+    env = os.environ if environ is None else environ
+    for name in THING_ENV_VARS:
+        if env.get(name):
+            return env[name]
+    return None
+
+
+def resolve_config(
+    document: Mapping[str, Any],
+    *,
+    thing: str | None,
+    platform: Platform,
+    component_schema: Mapping[str, Any] | None = None,
+    default_component: str | None = None,
+    source: str | None = None,
+) -> ComponentConfig:
+    """Validates a parsed document and builds the model; raises `ConfigError` with every issue."""
+    issues = validate_document(document, platform=platform, component_schema=component_schema)
+    component = document.get("component")
+    token = component.get("token") if isinstance(component, Mapping) else None
+    token = token if token is not None else default_component
+    if token is None and isinstance(component, Mapping):
+        issues.append(
+            ConfigIssue(
+                "$.component.token",
+                "is required: this component has no built-in token to fall back to",
+            )
+        )
+    if thing is None:
+        issues.append(
+            ConfigIssue(
+                THING_OPTION,
+                "a thing name is required: give -t/--thing or set " + " or ".join(THING_ENV_VARS),
+            )
+        )
+    elif not is_topic_level(thing):
+        issues.append(
+            ConfigIssue(THING_OPTION, "must be one non-empty topic level: no '/', '+' or '#'")
+        )
+    if issues:
+        raise ConfigError(sorted(set(issues)), source=source)
+    assert isinstance(token, str)
+    assert thing is not None
+    return build_config(
+        document, thing=thing, platform=platform, component_token=token, source=source
+    )
+
+
+class ConfigLoader:
+    """Reads, validates and resolves one component's configuration; watches it for changes."""
+
+    def __init__(
+        self,
+        config_path: str | os.PathLike[str] | None = None,
+        *,
+        thing: str | None = None,
+        platform: Platform | str | None = None,
+        environ: Mapping[str, str] | None = None,
+        provider: ConfigProvider | None = None,
+        component_schema: Mapping[str, Any] | None = None,
+        default_component: str | None = None,
+    ) -> None:
+        env = os.environ if environ is None else environ
+        try:
+            self.platform = detect_platform(env, platform)
+        except ValueError as exc:
+            raise ConfigError([ConfigIssue(PLATFORM_OPTION, str(exc))]) from None
+        if config_path is None and env.get(CONFIG_ENV):
+            config_path = env[CONFIG_ENV]
+        self.source: ConfigSource = open_source(self.platform, config_path, provider=provider)
+        self.thing = resolve_thing_name(thing, env)
+        self.component_schema = component_schema
+        self.default_component = default_component
+        self._lock = threading.Lock()
+        self._current: ComponentConfig | None = None
+
+    @property
+    def current(self) -> ComponentConfig | None:
+        """The configuration last loaded or applied."""
+        return self._current
+
+    def read(self) -> dict[str, Any]:
+        """The raw document from the source (parsed, not validated)."""
+        return self.source.read()
+
+    def resolve(self, document: Mapping[str, Any]) -> ComponentConfig:
+        """Validates and resolves a document with this loader's thing, platform and schema."""
+        return resolve_config(
+            document,
+            thing=self.thing,
+            platform=self.platform,
+            component_schema=self.component_schema,
+            default_component=self.default_component,
+            source=self.source.location,
+        )
+
+    def load(self) -> ComponentConfig:
+        """Reads and resolves the configuration; raises `ConfigError` before anything starts."""
+        config = self.resolve(self.read())
+        with self._lock:
+            self._current = config
+        _log.info(
+            "configuration loaded from %s (platform %s, thing %s, component %s): %s",
+            self.source.location,
+            self.platform.value,
+            config.thing_name,
+            config.component_token,
+            json.dumps(config.redacted(), sort_keys=True),
+        )
+        return config
+
+    def watch(
+        self,
+        on_change: Callable[[ComponentConfig], None],
+        on_error: Callable[[ConfigError], None] | None = None,
+    ) -> Watch | None:
+        """Calls `on_change` with each valid changed configuration; None if not watchable."""
+        # Runs on the watcher thread. An invalid candidate is logged and passed to on_error;
+        # the running configuration stays.
+
+        def rejected(error: ConfigError) -> None:
+            _log.warning("configuration change rejected, keeping the running one: %s", error)
+            if on_error is not None:
+                on_error(error)
+
+        def changed(document: dict[str, Any]) -> None:
+            try:
+                config = self.resolve(document)
+            except ConfigError as exc:
+                rejected(exc)
+                return
+            with self._lock:
+                if config == self._current:
+                    return
+                self._current = config
+            _log.info("configuration changed in %s", self.source.location)
+            on_change(config)
+
+        return self.source.watch(changed, rejected)
+
+
+def load_config(
+    config_path: str | os.PathLike[str] | None = None,
+    *,
+    thing: str | None = None,
+    platform: Platform | str | None = None,
+    environ: Mapping[str, str] | None = None,
+    provider: ConfigProvider | None = None,
+    component_schema: Mapping[str, Any] | None = None,
+    default_component: str | None = None,
+) -> ComponentConfig:
+    """Loads, validates and resolves a configuration in one call."""
+    return ConfigLoader(
+        config_path,
+        thing=thing,
+        platform=platform,
+        environ=environ,
+        provider=provider,
+        component_schema=component_schema,
+        default_component=default_component,
+    ).load()
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds -c/--config, -t/--thing and --platform to a component's argument parser."""
+    parser.add_argument(
+        "-c",
+        "--config",
+        metavar="PATH",
+        help=f"configuration file or mounted directory (default: ${CONFIG_ENV}, "
+        "else by platform: config.json, /etc/unskit/config on CLUSTER)",
+    )
+    parser.add_argument(
+        "-t",
+        "--thing",
+        metavar="NAME",
+        help=f"thing name, the device level (default: ${' or $'.join(THING_ENV_VARS)})",
+    )
+    parser.add_argument(
+        "--platform",
+        metavar="P",
+        help="HOST, CLUSTER or EDGE_RUNTIME (default: $UNSKIT_PLATFORM, else detected)",
+    )

@@ -1,0 +1,441 @@
+"""Where a configuration document comes from, by platform.
+
+=============  ==============  =====================================================
+platform       source          what ``-c/--config`` names
+=============  ==============  =====================================================
+HOST           FILE            a JSON (or YAML) file, read once
+CLUSTER        MOUNTED_DIR     a mounted directory (or a file in it), re-read on change
+EDGE_RUNTIME   RUNTIME_CONFIG  whatever the `ConfigProvider` reads (file-backed: a file)
+=============  ==============  =====================================================
+
+A source returns the parsed document; validation is the loader's job.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from unskit.config.platform import Platform
+from unskit.config.watch import DirectoryWatcher
+from unskit.errors import ConfigError, ConfigIssue
+
+__all__ = [
+    "DEFAULT_LOCATIONS",
+    "DOCUMENT_NAMES",
+    "ConfigProvider",
+    "ConfigSource",
+    "FileConfigProvider",
+    "FileSource",
+    "MountedDirSource",
+    "RuntimeConfigSource",
+    "SourceKind",
+    "Watch",
+    "open_source",
+    "parse_document",
+    "read_document",
+    "source_kind_for",
+]
+
+_log = logging.getLogger(__name__)
+
+
+class SourceKind(enum.Enum):
+    """The configuration sources of the specification that unskit implements."""
+
+    FILE = "FILE"
+    MOUNTED_DIR = "MOUNTED_DIR"
+    RUNTIME_CONFIG = "RUNTIME_CONFIG"
+
+
+_KIND_BY_PLATFORM = {
+    Platform.HOST: SourceKind.FILE,
+    Platform.CLUSTER: SourceKind.MOUNTED_DIR,
+    Platform.EDGE_RUNTIME: SourceKind.RUNTIME_CONFIG,
+}
+
+# Where -c points when it is not given.
+DEFAULT_LOCATIONS = {
+    Platform.HOST: "config.json",
+    Platform.CLUSTER: "/etc/unskit/config",
+    Platform.EDGE_RUNTIME: "config.json",
+}
+
+# The document a mounted directory is searched for, in this order.
+DOCUMENT_NAMES = ("config.json", "config.yaml", "config.yml")
+_YAML_SUFFIXES = (".yaml", ".yml")
+_DOCUMENT_SUFFIXES = (".json", *_YAML_SUFFIXES)
+
+OnDocument = Callable[[dict[str, Any]], None]
+OnError = Callable[[ConfigError], None]
+
+
+def source_kind_for(platform: Platform) -> SourceKind:
+    """HOST reads a FILE, CLUSTER a MOUNTED_DIR, EDGE_RUNTIME its RUNTIME_CONFIG."""
+    return _KIND_BY_PLATFORM[platform]
+
+
+class Watch(Protocol):
+    """A running watch; `close` stops it."""
+
+    def close(self) -> None:
+        """Stops watching; idempotent."""
+        ...
+
+
+class ConfigSource(Protocol):
+    """Reads the document; some sources can also report changes."""
+
+    @property
+    def kind(self) -> SourceKind:
+        """Which source this is."""
+        ...
+
+    @property
+    def location(self) -> str:
+        """Where the document is read from, for messages."""
+        ...
+
+    def read(self) -> dict[str, Any]:
+        """The parsed document; raises `ConfigError` when it cannot be read or parsed."""
+        ...
+
+    def watch(self, on_document: OnDocument, on_error: OnError) -> Watch | None:
+        """Calls `on_document` with each changed document; None when the source is not watched."""
+        ...
+
+
+class ConfigProvider(Protocol):
+    """The edge runtime's configuration seam (RUNTIME_CONFIG)."""
+
+    @property
+    def location(self) -> str:
+        """Where the configuration comes from, for messages."""
+        ...
+
+    def get_configuration(self) -> Mapping[str, Any]:
+        """The component's configuration document."""
+        ...
+
+    def subscribe(self, on_update: OnDocument, on_error: OnError) -> Watch:
+        """Calls `on_update` with each changed document until the returned watch is closed."""
+        ...
+
+
+# -- parsing ---------------------------------------------------------------------------------
+
+
+def parse_document(text: str | bytes, name: str = "<document>") -> dict[str, Any]:
+    """Parses JSON (YAML when `name` ends in .yaml/.yml); duplicate keys are refused."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise _error("$", f"is not UTF-8 text (byte {exc.start})", name) from None
+    if name.lower().endswith(_YAML_SUFFIXES):
+        document = _parse_yaml(text, name)
+    else:
+        document = _parse_json(text, name)
+    if not isinstance(document, dict):
+        kind = "empty" if document is None else f"a {type(document).__name__}"
+        raise _error("$", f"must be an object (a document of sections), not {kind}", name)
+    return document
+
+
+class _DuplicateKeyError(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
+def _parse_json(text: str, name: str) -> Any:
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates)
+    except _DuplicateKeyError as exc:
+        raise _error(
+            "$", f"malformed JSON: key {exc.key!r} appears twice in one object", name
+        ) from None
+    except json.JSONDecodeError as exc:
+        # exc.msg and the position only: the offending text may be a secret.
+        raise _error(
+            "$", f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", name
+        ) from None
+
+
+def _parse_yaml(text: str, name: str) -> Any:
+    try:
+        import yaml
+    except ImportError:
+        raise _error(
+            "$", "is YAML, which needs the PyYAML package (pip install pyyaml)", name
+        ) from None
+
+    class Loader(yaml.SafeLoader):
+        """SafeLoader that keeps dates as strings and refuses duplicate keys."""
+
+    # Only JSON types: a bare 2024-01-01 stays a string, as it would in JSON.
+    Loader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+    def mapping(loader: Loader, node: yaml.MappingNode) -> dict[Any, Any]:
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, str):
+                raise yaml.constructor.ConstructorError(
+                    None, None, "object keys must be strings", key_node.start_mark
+                )
+            if key in out:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one object", key_node.start_mark
+                )
+            out[key] = loader.construct_object(value_node, deep=True)
+        return out
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    try:
+        return yaml.load(text, Loader=Loader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        raise _error("$", f"malformed YAML{where}: {exc.problem}", name) from None
+    except yaml.YAMLError:
+        raise _error("$", "malformed YAML", name) from None
+
+
+def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Reads and parses one document file."""
+    location = os.fspath(path)
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise _error("$", "the configuration file does not exist", location) from None
+    except IsADirectoryError:
+        raise _error("$", "is a directory, not a configuration file", location) from None
+    except OSError as exc:
+        raise _error("$", f"cannot be read: {exc.strerror}", location) from None
+    return parse_document(data, location)
+
+
+def _plain(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A private deep copy, so a provider's later mutation cannot change a loaded config."""
+
+    def copy(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {str(k): copy(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [copy(item) for item in value]
+        return value
+
+    return {str(k): copy(v) for k, v in document.items()}
+
+
+def _error(path: str, message: str, source: str) -> ConfigError:
+    return ConfigError([ConfigIssue(path, message)], source=source)
+
+
+# -- sources ---------------------------------------------------------------------------------
+
+
+class FileSource:
+    """HOST: one file, read once (a running component reloads through its reload verb)."""
+
+    kind = SourceKind.FILE
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    @property
+    def location(self) -> str:
+        """The file path."""
+        return os.fspath(self.path)
+
+    def read(self) -> dict[str, Any]:
+        """The parsed document."""
+        return read_document(self.path)
+
+    def watch(self, on_document: OnDocument, on_error: OnError) -> Watch | None:
+        """A plain file is not watched."""
+        return None
+
+
+class _ChangeWatch:
+    """Re-reads on every directory change; reports only documents that differ."""
+
+    def __init__(
+        self,
+        directory: Path,
+        read: Callable[[], dict[str, Any]],
+        on_document: OnDocument,
+        on_error: OnError,
+        last: dict[str, Any] | None,
+    ) -> None:
+        self._read = read
+        self._on_document = on_document
+        self._on_error = on_error
+        self._last = last
+        self.watcher = DirectoryWatcher(directory, self._changed)
+
+    def _changed(self) -> None:
+        try:
+            document = self._read()
+        except ConfigError as exc:
+            self._on_error(exc)
+            return
+        # Structural comparison: a rewrite with the same content is not a change.
+        if document == self._last:
+            return
+        self._last = document
+        self._on_document(document)
+
+    def close(self) -> None:
+        """Stops watching."""
+        self.watcher.close()
+
+
+class MountedDirSource:
+    """CLUSTER: a mounted directory (e.g. a config map) holding the document, re-read on change.
+
+    `path` is the directory or a file in it. For a directory the document is the first of
+    `DOCUMENT_NAMES` present, else its only ``.json``/``.yaml``/``.yml`` file."""
+
+    kind = SourceKind.MOUNTED_DIR
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        given = Path(path)
+        if given.is_dir():
+            self.directory = given
+            self._name: str | None = None
+        else:
+            self.directory = given.parent
+            self._name = given.name
+
+    @property
+    def location(self) -> str:
+        """The document path (or the directory while no document is chosen)."""
+        return os.fspath(self.directory / self._name) if self._name else os.fspath(self.directory)
+
+    def document_path(self) -> Path:
+        """The document file inside the directory."""
+        if self._name is not None:
+            return self.directory / self._name
+        if not self.directory.is_dir():
+            raise _error("$", "the configuration directory does not exist", self.location)
+        for name in DOCUMENT_NAMES:
+            if (self.directory / name).is_file():
+                return self.directory / name
+        candidates = sorted(
+            entry.name
+            for entry in self.directory.iterdir()
+            if not entry.name.startswith(".")
+            and entry.name.lower().endswith(_DOCUMENT_SUFFIXES)
+            and entry.is_file()
+        )
+        if len(candidates) == 1:
+            return self.directory / candidates[0]
+        found = ", ".join(candidates) if candidates else "none"
+        raise _error(
+            "$",
+            f"cannot tell which file is the configuration (expected one of "
+            f"{', '.join(DOCUMENT_NAMES)} or a single .json/.yaml file; found: {found})",
+            self.location,
+        )
+
+    def read(self) -> dict[str, Any]:
+        """The parsed document, read through whatever symlinks the mount uses."""
+        return read_document(self.document_path())
+
+    def watch(self, on_document: OnDocument, on_error: OnError) -> Watch:
+        """Watches the directory (inotify, no polling) and reports each changed document."""
+        try:
+            last: dict[str, Any] | None = self.read()
+        except ConfigError:
+            last = None
+        watch = _ChangeWatch(self.directory, self.read, on_document, on_error, last)
+        watch.watcher.start()
+        return watch
+
+
+class FileConfigProvider:
+    """A `ConfigProvider` backed by one file, watched like a mounted directory."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    @property
+    def location(self) -> str:
+        """The file path."""
+        return os.fspath(self.path)
+
+    def get_configuration(self) -> Mapping[str, Any]:
+        """The parsed document."""
+        return read_document(self.path)
+
+    def subscribe(self, on_update: OnDocument, on_error: OnError) -> Watch:
+        """Watches the file's directory and reports each changed document."""
+        try:
+            last: dict[str, Any] | None = read_document(self.path)
+        except ConfigError:
+            last = None
+        watch = _ChangeWatch(
+            self.path.parent, lambda: read_document(self.path), on_update, on_error, last
+        )
+        watch.watcher.start()
+        return watch
+
+
+class RuntimeConfigSource:
+    """EDGE_RUNTIME: the document comes from the runtime through a `ConfigProvider`."""
+
+    kind = SourceKind.RUNTIME_CONFIG
+
+    def __init__(self, provider: ConfigProvider) -> None:
+        self.provider = provider
+
+    @property
+    def location(self) -> str:
+        """Where the provider reads from."""
+        return self.provider.location
+
+    def read(self) -> dict[str, Any]:
+        """A copy of the provider's document."""
+        document = self.provider.get_configuration()
+        if not isinstance(document, Mapping):
+            raise _error("$", "must be an object (a document of sections)", self.location)
+        return _plain(document)
+
+    def watch(self, on_document: OnDocument, on_error: OnError) -> Watch:
+        """Reports each document the provider pushes."""
+        return self.provider.subscribe(on_document, on_error)
+
+
+def open_source(
+    platform: Platform,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    provider: ConfigProvider | None = None,
+) -> ConfigSource:
+    """The platform's source for `path` (its default location when None)."""
+    location = DEFAULT_LOCATIONS[platform] if path is None else path
+    kind = source_kind_for(platform)
+    if kind is SourceKind.MOUNTED_DIR:
+        return MountedDirSource(location)
+    if kind is SourceKind.RUNTIME_CONFIG:
+        return RuntimeConfigSource(provider or FileConfigProvider(location))
+    return FileSource(location)

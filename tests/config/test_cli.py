@@ -1,0 +1,237 @@
+"""`unskit validate` and `unskit vault`, run as real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from .documents import DELETE, THING, base_document, patched
+
+SECRET_VALUE = "cli-s3cret-do-not-print"
+
+
+def run(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("UNSKIT_", "AWS_IOT_", "KUBERNETES_"))
+    }
+    environ.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "unskit.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_validate_valid_document_exits_0(write_json: Callable[..., Path]) -> None:
+    path = write_json(base_document())
+    result = run("validate", "-c", str(path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"OK: {path} is valid on HOST")
+    assert result.stderr == ""
+
+
+def test_validate_with_thing_shows_identity(write_json: Callable[..., Path]) -> None:
+    path = write_json(base_document())
+    result = run("validate", "-c", str(path), "-t", THING)
+    assert result.returncode == 0, result.stderr
+    assert f"identity site/line/device = plant-1/line-4/{THING}" in result.stdout
+
+
+def test_validate_thing_from_environment(write_json: Callable[..., Path]) -> None:
+    path = write_json(base_document())
+    result = run("validate", "-c", str(path), env={"AWS_IOT_THING_NAME": "gg-thing"})
+    assert result.returncode == 0, result.stderr
+    assert "plant-1/line-4/gg-thing" in result.stdout
+
+
+def test_validate_prints_every_error_with_its_path_and_exits_2(
+    write_json: Callable[..., Path],
+) -> None:
+    document = patched(
+        {
+            "messaging": {"local": {"port": "1883"}, "requestTimeoutSeconds": -5},
+            "identity": {"device": "x"},
+            "metricEmission": {"targetConfig": {"topic": "m"}},
+        }
+    )
+    path = write_json(document)
+    result = run("validate", "-c", str(path), "-t", THING)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert lines[0] == f"{path}: 4 configuration errors"
+    paths = [line.split(":")[0].strip() for line in lines[1:]]
+    assert paths == [
+        "$.identity.device",
+        "$.messaging.local.port",
+        "$.messaging.requestTimeoutSeconds",
+        "$.metricEmission.targetConfig.topic",
+    ]
+
+
+def test_validate_missing_local_broker_names_both_ways_out(
+    write_json: Callable[..., Path],
+) -> None:
+    path = write_json(patched({"messaging": DELETE}))
+    result = run("validate", "-c", str(path))
+    assert result.returncode == 2
+    assert "$.messaging.local: is required" in result.stderr
+    assert '"host": "embedded"' in result.stderr
+    assert '"port"' in result.stderr
+
+
+def test_validate_malformed_json_exits_2(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text('{"component": {}, }')
+    result = run("validate", "-c", str(path))
+    assert result.returncode == 2
+    assert "$: malformed JSON at line 1" in result.stderr
+
+
+def test_validate_missing_file_exits_2(tmp_path: Path) -> None:
+    result = run("validate", "-c", str(tmp_path / "absent.json"))
+    assert result.returncode == 2
+    assert "does not exist" in result.stderr
+
+
+def test_validate_unknown_platform_exits_2(write_json: Callable[..., Path]) -> None:
+    result = run("validate", "-c", str(write_json(base_document())), "--platform", "MAINFRAME")
+    assert result.returncode == 2
+    assert "--platform" in result.stderr
+
+
+def test_validate_bad_thing_name_exits_2(write_json: Callable[..., Path]) -> None:
+    result = run("validate", "-c", str(write_json(base_document())), "-t", "a/b")
+    assert result.returncode == 2
+    assert "-t/--thing: must be one non-empty topic level" in result.stderr
+
+
+def test_validate_cluster_mounted_directory(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(base_document()))
+    result = run("validate", "-c", str(tmp_path), "--platform", "CLUSTER", "-t", THING)
+    assert result.returncode == 0, result.stderr
+    assert "valid on CLUSTER" in result.stdout
+
+
+def test_validate_edge_runtime_without_local_broker(write_json: Callable[..., Path]) -> None:
+    path = write_json(patched({"messaging": DELETE}))
+    result = run("validate", "-c", str(path), "--platform", "EDGE_RUNTIME")
+    assert result.returncode == 0, result.stderr
+
+
+def test_validate_with_component_schema(write_json: Callable[..., Path], tmp_path: Path) -> None:
+    schema = tmp_path / "component.schema.json"
+    schema.write_text(json.dumps({"type": "object", "required": ["global"]}))
+    path = write_json(base_document())
+    result = run("validate", "-c", str(path), "--schema", str(schema))
+    assert result.returncode == 2
+    assert "$.component.global: is required" in result.stderr
+
+
+def test_validate_unknown_option_is_a_usage_error() -> None:
+    result = run("validate", "--bogus")
+    assert result.returncode == 2
+    assert "usage:" in result.stderr
+
+
+def test_demo_still_runs() -> None:
+    result = run("demo")
+    assert result.returncode == 0, result.stderr
+    assert "decoded:" in result.stdout
+
+
+@pytest.fixture
+def vault_files(tmp_path: Path) -> tuple[str, str]:
+    key_file = tmp_path / "vault.key"
+    result = run("vault", "keygen", "--key-file", str(key_file))
+    assert result.returncode == 0, result.stderr
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+    return str(tmp_path / "vault.json"), str(key_file)
+
+
+def test_vault_put_list_get_round_trip(vault_files: tuple[str, str]) -> None:
+    vault, key = vault_files
+    common = ("--vault", vault, "--key-file", key)
+    put = run("vault", "put", "broker-password", *common, stdin=SECRET_VALUE + "\n")
+    assert put.returncode == 0, put.stderr
+    assert SECRET_VALUE not in put.stdout + put.stderr
+    bundle = json.dumps({"certPem": "CERT", "keyPem": "KEY"})
+    assert run("vault", "put", "plc", "--json", *common, stdin=bundle).returncode == 0
+
+    listed = run("vault", "list", *common)
+    assert listed.returncode == 0
+    assert listed.stdout.splitlines() == ["broker-password", "plc"]
+
+    hidden = run("vault", "get", "broker-password", *common)
+    assert hidden.returncode == 0
+    assert SECRET_VALUE not in hidden.stdout
+    assert "--reveal" in hidden.stdout
+
+    shown = run("vault", "get", "broker-password", "--reveal", *common)
+    assert shown.returncode == 0
+    assert shown.stdout == SECRET_VALUE + "\n"
+
+    field = run("vault", "get", "plc", "--field", "keyPem", "--reveal", *common)
+    assert field.stdout == "KEY\n"
+
+    assert run("vault", "delete", "plc", *common).returncode == 0
+    assert run("vault", "list", *common).stdout.splitlines() == ["broker-password"]
+
+
+def test_vault_key_from_environment(vault_files: tuple[str, str]) -> None:
+    vault, key = vault_files
+    env = {"UNSKIT_VAULT_KEY": Path(key).read_text().strip()}
+    assert run("vault", "put", "a", "--vault", vault, stdin="x", env=env).returncode == 0
+    assert run("vault", "list", "--vault", vault, env=env).stdout == "a\n"
+
+
+def test_vault_wrong_key_exits_2(vault_files: tuple[str, str], tmp_path: Path) -> None:
+    vault, key = vault_files
+    run("vault", "put", "a", "--vault", vault, "--key-file", key, stdin=SECRET_VALUE)
+    other = tmp_path / "other.key"
+    assert run("vault", "keygen", "--key-file", str(other)).returncode == 0
+    result = run("vault", "get", "a", "--reveal", "--vault", vault, "--key-file", str(other))
+    assert result.returncode == 2
+    assert "wrong key" in result.stderr
+    assert SECRET_VALUE not in result.stdout + result.stderr
+
+
+def test_vault_tampered_file_exits_2(vault_files: tuple[str, str]) -> None:
+    vault, key = vault_files
+    run("vault", "put", "a", "--vault", vault, "--key-file", key, stdin=SECRET_VALUE)
+    outer = json.loads(Path(vault).read_text())
+    outer["ciphertext"] = ("A" if outer["ciphertext"][0] != "A" else "B") + outer["ciphertext"][1:]
+    Path(vault).write_text(json.dumps(outer))
+    result = run("vault", "list", "--vault", vault, "--key-file", key)
+    assert result.returncode == 2
+    assert "failed authentication" in result.stderr
+
+
+def test_vault_keygen_refuses_to_overwrite(vault_files: tuple[str, str]) -> None:
+    _, key = vault_files
+    before = Path(key).read_text()
+    result = run("vault", "keygen", "--key-file", key)
+    assert result.returncode == 2
+    assert "exists" in result.stderr
+    assert Path(key).read_text() == before
+
+
+def test_vault_get_unknown_name_exits_2(vault_files: tuple[str, str]) -> None:
+    vault, key = vault_files
+    result = run("vault", "get", "nope", "--vault", vault, "--key-file", key)
+    assert result.returncode == 2
+    assert "no secret named 'nope'" in result.stderr

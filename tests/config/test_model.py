@@ -1,0 +1,345 @@
+"""The resolved model: defaults, identity, topic root, the envelope stamp."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from unskit import Identity, MessageBuilder
+from unskit.config import ComponentConfig, Platform, Secret, SecretRef, resolve_config
+from unskit.config.model import parse_size
+from unskit.envelope import EnvelopeStamp
+
+from .documents import DELETE, THING, TOKEN, patched
+
+MINIMAL = {"component": {}, "messaging": {"local": {"host": "broker.local"}}}
+
+
+def _config(document: dict, platform: Platform = Platform.HOST, **kw: object) -> ComponentConfig:
+    return resolve_config(
+        document,
+        thing=THING,
+        platform=platform,
+        default_component=TOKEN,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_minimal_document_gets_every_default() -> None:
+    config = _config(MINIMAL)
+    assert config.hierarchy.levels == ("device",)
+    assert config.identity == Identity("device", THING, TOKEN)
+    assert dict(config.identity_values) == {"device": THING}
+    assert dict(config.tags) == {}
+    assert config.topic.root == "uns"
+    assert config.topic.include_root is False
+    assert config.topic_root == "uns"
+    messaging = config.messaging
+    assert messaging.request_timeout_seconds == 30.0
+    assert messaging.northbound is None
+    assert messaging.local is not None
+    assert messaging.local.host == "broker.local"
+    assert messaging.local.port == 1883
+    assert messaging.local.client_id == f"{THING}-{TOKEN}"
+    assert (messaging.local.qos.publish, messaging.local.qos.subscribe) == (1, 1)
+    assert messaging.local.tls is False
+    assert messaging.local.embedded is False
+    assert config.credentials is None
+    assert config.metric_emission.enabled is True
+    assert config.metric_emission.target == "log"
+    assert config.metric_emission.destination == "local"
+    assert config.metric_emission.interval_seconds == 60.0
+    assert config.heartbeat.enabled is True
+    assert config.heartbeat.interval_seconds == 60.0
+    assert config.logging.level == "INFO"
+    assert config.logging.python_format is None
+    assert config.logging.format == "%(asctime)s [%(levelname)s] %(name)s: %(message)s"
+    assert config.logging.json is False
+    assert dict(config.logging.loggers) == {}
+    files = config.logging.file_logging
+    assert (files.enabled, files.file_path, files.max_file_size, files.backup_count) == (
+        False,
+        None,
+        "10MB",
+        5,
+    )
+    assert config.logging.global_control is False
+    health = config.health
+    assert (health.enabled, health.enabled_explicit, health.port) == (False, False, 8081)
+    assert (health.liveness_path, health.readiness_path, health.startup_path) == (
+        "/livez",
+        "/readyz",
+        "/startupz",
+    )
+
+
+def test_identity_joins_levels_and_values_with_the_thing_last() -> None:
+    config = _config(
+        patched(
+            {
+                "hierarchy": {"levels": ["enterprise", "site", "line", "device"]},
+                "identity": {"enterprise": "acme", "site": "plant-1", "line": "line-4"},
+            }
+        )
+    )
+    assert config.identity.hier == "enterprise/site/line/device"
+    assert config.identity.path == "acme/plant-1/line-4/gw-01"
+    assert config.identity.component == TOKEN
+    assert config.identity.instance is None
+    assert config.identity.device == THING
+
+
+def test_component_token_from_document_wins_over_builtin() -> None:
+    config = resolve_config(
+        patched({"component": {"token": "ethernet-ip-adapter"}}),
+        thing=THING,
+        platform=Platform.HOST,
+        default_component="builtin",
+    )
+    assert config.component_token == "ethernet-ip-adapter"
+    assert config.identity.component == "ethernet-ip-adapter"
+
+
+def test_config_is_an_envelope_stamp_for_the_message_builder() -> None:
+    config = _config(patched({"tags": {"owner": "ops", "costCenter": "42"}}))
+    stamp: EnvelopeStamp = config
+    message = MessageBuilder("reading", "1", stamp).instance("cam-1").body({"v": 1}).build()
+    assert message.identity == Identity("site/line/device", "plant-1/line-4/gw-01", TOKEN, "cam-1")
+    assert dict(message.tags) == {"owner": "ops", "costCenter": "42"}
+    component_scope = MessageBuilder("reading", "1", config).build()
+    assert component_scope.identity == config.identity
+
+
+def test_include_root_inserts_first_hierarchy_value_after_root() -> None:
+    config = _config(patched({"topic": {"includeRoot": True, "root": "factory/uns"}}))
+    assert config.topic_root == "factory/uns/plant-1"
+    assert config.topic_base() == f"factory/uns/plant-1/{THING}/{TOKEN}"
+    assert config.topic_base("cam-1") == f"factory/uns/plant-1/{THING}/{TOKEN}/cam-1"
+
+
+def test_topic_base_without_include_root() -> None:
+    config = _config(patched({}))
+    assert config.topic_base("i") == f"uns/{THING}/{TOKEN}/i"
+
+
+def test_config_is_frozen_all_the_way_down() -> None:
+    config = _config(patched({"component": {"instances": [{"id": "a"}]}}))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.thing_name = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        config.tags["owner"] = "x"  # type: ignore[index]
+    with pytest.raises(TypeError):
+        config.component["token"] = "x"  # type: ignore[index]
+    assert config.component["instances"][0]["id"] == "a"
+    assert isinstance(config.component["instances"], tuple)
+
+
+def test_loaded_document_is_a_private_copy() -> None:
+    document = patched({})
+    config = _config(document)
+    document["tags"]["owner"] = "changed"
+    document["component"]["instances"].append({"id": "late"})
+    assert config.tags["owner"] == "ops"
+    assert config.component["instances"] == ()
+
+
+@pytest.mark.parametrize(
+    ("platform", "section", "enabled", "explicit"),
+    [
+        (Platform.HOST, {}, False, False),
+        (Platform.EDGE_RUNTIME, {}, False, False),
+        (Platform.CLUSTER, {}, True, False),
+        (Platform.CLUSTER, {"enabled": False}, False, True),
+        (Platform.HOST, {"enabled": True}, True, True),
+    ],
+)
+def test_health_enablement_follows_explicit_then_platform(
+    platform: Platform, section: dict, enabled: bool, explicit: bool
+) -> None:
+    config = _config(patched({"health": section}), platform)
+    assert config.health.enabled is enabled
+    assert config.health.enabled_explicit is explicit
+
+
+def test_health_keys_are_read() -> None:
+    health = _config(
+        patched(
+            {
+                "health": {
+                    "port": 0,
+                    "livenessPath": "/l",
+                    "readinessPath": "/r",
+                    "startupPath": "/s",
+                }
+            }
+        )
+    ).health
+    assert (health.port, health.liveness_path, health.readiness_path, health.startup_path) == (
+        0,
+        "/l",
+        "/r",
+        "/s",
+    )
+
+
+@pytest.mark.parametrize(
+    ("platform", "section", "effective"),
+    [
+        (Platform.HOST, {}, "%(asctime)s [%(levelname)s] %(name)s: %(message)s"),
+        (Platform.CLUSTER, {}, "json"),
+        (Platform.CLUSTER, {"python_format": "%(message)s"}, "%(message)s"),
+        (Platform.HOST, {"python_format": "JSON"}, "JSON"),
+        (Platform.CLUSTER, {"java_format": "%m%n"}, "json"),
+    ],
+)
+def test_logging_format_precedence(platform: Platform, section: dict, effective: str) -> None:
+    logging_config = _config(patched({"logging": section}), platform).logging
+    assert logging_config.format == effective
+    assert logging_config.json is (effective.lower() == "json")
+
+
+def test_logging_keys_are_read_and_levels_normalised() -> None:
+    logging_config = _config(
+        patched(
+            {
+                "logging": {
+                    "level": "debug",
+                    "loggers": {"paho.mqtt": "warn"},
+                    "fileLogging": {
+                        "enabled": True,
+                        "filePath": "/var/log/c.log",
+                        "maxFileSize": "512KB",
+                        "backupCount": 2,
+                    },
+                    "globalControl": True,
+                }
+            }
+        )
+    ).logging
+    assert logging_config.level == "DEBUG"
+    assert dict(logging_config.loggers) == {"paho.mqtt": "WARN"}
+    assert logging_config.file_logging.enabled is True
+    assert logging_config.file_logging.file_path == "/var/log/c.log"
+    assert logging_config.file_logging.max_file_size_bytes == 512 * 1024
+    assert logging_config.file_logging.backup_count == 2
+    assert logging_config.global_control is True
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("10MB", 10 * 1024**2),
+        ("512 KB", 512 * 1024),
+        ("1gb", 1024**3),
+        ("4096", 4096),
+        ("7B", 7),
+        ("1.5MB", 3 * 512 * 1024),
+        ("10MiB", 10 * 1024**2),
+        ("2M", 2 * 1024**2),
+    ],
+)
+def test_parse_size(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+def test_parse_size_refuses_nonsense() -> None:
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size("ten")
+
+
+def test_broker_keys_tls_and_secrets() -> None:
+    document = patched(
+        {
+            "credentials": {"vaultPath": "v.json", "keyFile": "k"},
+            "messaging": {
+                "local": {
+                    "clientId": "cid",
+                    "qos": {"publish": 0, "subscribe": 2},
+                    "credentials": {"caPath": "ca.pem", "certPath": "c.pem", "keyPath": "k.pem"},
+                    "port": DELETE,
+                },
+                "northbound": {
+                    "endpoint": "iot.example.com",
+                    "credentials": {"username": "u", "password": {"$secret": "nb", "field": "pw"}},
+                },
+                "requestTimeoutSeconds": 0,
+            },
+        }
+    )
+    messaging = _config(document).messaging
+    local = messaging.local
+    assert local is not None
+    assert (local.client_id, local.qos.publish, local.qos.subscribe) == ("cid", 0, 2)
+    assert local.tls
+    assert local.mutual_tls
+    assert local.port == 8883
+    assert local.credentials.ca_path == "ca.pem"
+    northbound = messaging.northbound
+    assert northbound is not None
+    assert northbound.host == "iot.example.com"
+    assert northbound.port == 1883
+    assert northbound.credentials.username == "u"
+    assert northbound.credentials.password == SecretRef("nb", "pw")
+    assert messaging.request_timeout_seconds == 0.0
+
+
+def test_inline_password_becomes_a_secret() -> None:
+    document = patched(
+        {"messaging": {"local": {"credentials": {"username": "u", "password": "pw-inline"}}}}
+    )
+    local = _config(document).messaging.local
+    assert local is not None
+    assert local.credentials.password == Secret("pw-inline")
+    assert "pw-inline" not in repr(local)
+
+
+def test_embedded_broker() -> None:
+    local = _config(patched({"messaging": {"local": {"host": "embedded", "port": DELETE}}}))
+    assert local.messaging.local is not None
+    assert local.messaging.local.embedded is True
+    assert local.messaging.local.port == 1883
+
+
+def test_edge_runtime_without_local_broker_uses_ipc() -> None:
+    config = _config(patched({"messaging": DELETE}), Platform.EDGE_RUNTIME)
+    assert config.messaging.local is None
+    assert config.messaging.ipc is True
+
+
+def test_metric_emission_keeps_target_specific_keys() -> None:
+    metrics = _config(
+        patched(
+            {
+                "metricEmission": {
+                    "enabled": False,
+                    "target": "messaging",
+                    "intervalSeconds": 15,
+                    "targetConfig": {"destination": "cloud", "namespace": "plant"},
+                }
+            }
+        )
+    ).metric_emission
+    assert (metrics.enabled, metrics.target, metrics.interval_seconds) == (False, "messaging", 15.0)
+    assert metrics.destination == "cloud"
+    assert dict(metrics.target_config) == {"namespace": "plant"}
+
+
+def test_heartbeat_and_credentials_sections() -> None:
+    config = _config(
+        patched(
+            {
+                "heartbeat": {"enabled": False, "intervalSeconds": 5},
+                "credentials": {"vaultPath": "/v.json", "keyEnv": "MY_KEY"},
+            }
+        )
+    )
+    assert (config.heartbeat.enabled, config.heartbeat.interval_seconds) == (False, 5.0)
+    assert config.credentials is not None
+    assert (config.credentials.vault_path, config.credentials.key_file) == ("/v.json", None)
+    assert config.credentials.key_env == "MY_KEY"
+
+
+def test_equal_documents_give_equal_configs() -> None:
+    assert _config(patched({})) == _config(patched({}))
+    assert _config(patched({})) != _config(patched({"tags": {"owner": "other"}}))

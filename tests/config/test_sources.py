@@ -1,0 +1,282 @@
+"""Sources by platform, document parsing, thing name and config path resolution."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from unskit.config import (
+    ComponentConfig,
+    ConfigLoader,
+    FileConfigProvider,
+    FileSource,
+    MountedDirSource,
+    Platform,
+    RuntimeConfigSource,
+    SourceKind,
+    load_config,
+    open_source,
+    parse_document,
+    resolve_thing_name,
+    source_kind_for,
+)
+from unskit.errors import ConfigError
+
+from .documents import DELETE, THING, TOKEN, base_document, patched
+
+
+@pytest.mark.parametrize(
+    ("platform", "kind"),
+    [
+        (Platform.HOST, SourceKind.FILE),
+        (Platform.CLUSTER, SourceKind.MOUNTED_DIR),
+        (Platform.EDGE_RUNTIME, SourceKind.RUNTIME_CONFIG),
+    ],
+)
+def test_source_by_platform(platform: Platform, kind: SourceKind, tmp_path: Path) -> None:
+    assert source_kind_for(platform) is kind
+    source = open_source(platform, tmp_path / "config.json")
+    assert source.kind is kind
+
+
+def test_edge_runtime_default_provider_is_file_backed(tmp_path: Path) -> None:
+    source = open_source(Platform.EDGE_RUNTIME, tmp_path / "c.json")
+    assert isinstance(source, RuntimeConfigSource)
+    assert isinstance(source.provider, FileConfigProvider)
+
+
+def test_default_locations_by_platform() -> None:
+    assert open_source(Platform.HOST).location == "config.json"
+    assert open_source(Platform.CLUSTER).location == "/etc/unskit/config"
+
+
+def test_host_loads_a_json_file(write_json: Callable[..., Path]) -> None:
+    path = write_json(base_document())
+    config = load_config(path, thing=THING, platform="HOST")
+    assert config.platform is Platform.HOST
+    assert config.identity.path == f"plant-1/line-4/{THING}"
+    assert config.source == str(path)
+
+
+def test_host_file_is_not_watched(write_json: Callable[..., Path]) -> None:
+    loader = ConfigLoader(write_json(base_document()), thing=THING, platform=Platform.HOST)
+    loader.load()
+    assert isinstance(loader.source, FileSource)
+    assert loader.watch(lambda _: None) is None
+
+
+def test_yaml_document_is_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "component:\n  token: yaml-component\n"
+        "tags:\n  commissioned: 2024-01-01\n"
+        "messaging:\n  local:\n    host: embedded\n"
+    )
+    config = load_config(path, thing=THING, platform=Platform.HOST)
+    assert config.component_token == "yaml-component"
+    # A YAML date stays the string it is in JSON; tags are strings.
+    assert config.tags["commissioned"] == "2024-01-01"
+
+
+def test_yaml_duplicate_keys_are_refused() -> None:
+    with pytest.raises(ConfigError, match="appears twice"):
+        parse_document("component: {}\ncomponent: {}\n", "c.yml")
+
+
+def test_yaml_non_string_keys_are_refused() -> None:
+    with pytest.raises(ConfigError, match="keys must be strings"):
+        parse_document("component: {}\ntags:\n  1: one\n", "c.yaml")
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(tmp_path / "nope.json", thing=THING, platform=Platform.HOST)
+    assert "does not exist" in str(caught.value)
+    assert caught.value.source == str(tmp_path / "nope.json")
+
+
+def test_empty_file_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "c.json").write_text("")
+    with pytest.raises(ConfigError, match="malformed JSON"):
+        load_config(tmp_path / "c.json", thing=THING, platform=Platform.HOST)
+
+
+def test_not_utf8_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        parse_document(b'{"component": "\xff"}', "c.json")
+
+
+def test_utf8_bom_is_accepted() -> None:
+    assert parse_document('\ufeff{"component": {}}'.encode(), "c.json") == {"component": {}}
+
+
+@pytest.mark.parametrize(
+    ("files", "chosen"),
+    [
+        (["config.json", "other.json"], "config.json"),
+        (["config.yaml", "notes.txt"], "config.yaml"),
+        (["plant.json", "README.txt"], "plant.json"),
+    ],
+)
+def test_mounted_dir_finds_the_document(tmp_path: Path, files: list[str], chosen: str) -> None:
+    for name in files:
+        (tmp_path / name).write_text(json.dumps(base_document()))
+    assert MountedDirSource(tmp_path).document_path() == tmp_path / chosen
+
+
+def test_mounted_dir_with_several_candidates_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text("{}")
+    (tmp_path / "b.json").write_text("{}")
+    with pytest.raises(ConfigError, match="cannot tell which file"):
+        MountedDirSource(tmp_path).read()
+
+
+def test_mounted_dir_accepts_a_file_path(tmp_path: Path) -> None:
+    (tmp_path / "plant.json").write_text(json.dumps(base_document()))
+    source = MountedDirSource(tmp_path / "plant.json")
+    assert source.directory == tmp_path
+    assert source.read() == base_document()
+
+
+@pytest.mark.parametrize(
+    ("given", "environ", "expected"),
+    [
+        ("from-flag", {"UNSKIT_THING_NAME": "env", "AWS_IOT_THING_NAME": "aws"}, "from-flag"),
+        (None, {"UNSKIT_THING_NAME": "env", "AWS_IOT_THING_NAME": "aws"}, "env"),
+        (None, {"AWS_IOT_THING_NAME": "aws"}, "aws"),
+        (None, {"UNSKIT_THING_NAME": "", "AWS_IOT_THING_NAME": "aws"}, "aws"),
+        (None, {}, None),
+    ],
+)
+def test_thing_name_precedence(
+    given: str | None, environ: dict[str, str], expected: str | None
+) -> None:
+    assert resolve_thing_name(given, environ) == expected
+
+
+def test_loader_reads_thing_and_config_path_from_environment(
+    write_json: Callable[..., Path],
+) -> None:
+    path = write_json(base_document())
+    environ = {"UNSKIT_CONFIG": str(path), "AWS_IOT_THING_NAME": "gg-thing"}
+    config = ConfigLoader(platform=Platform.HOST, environ=environ).load()
+    assert config.thing_name == "gg-thing"
+    assert config.source == str(path)
+
+
+def test_platform_detected_from_environment(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(base_document()))
+    loader = ConfigLoader(tmp_path, thing=THING, environ={"KUBERNETES_SERVICE_HOST": "10.0.0.1"})
+    assert loader.platform is Platform.CLUSTER
+    assert isinstance(loader.source, MountedDirSource)
+    assert loader.load().health.enabled is True
+
+
+def test_unknown_platform_is_a_config_error() -> None:
+    with pytest.raises(ConfigError) as caught:
+        ConfigLoader("c.json", platform="MAINFRAME")
+    assert caught.value.issues[0].path == "--platform"
+    assert "MAINFRAME" in caught.value.issues[0].message
+
+
+class MemoryProvider:
+    """An edge-runtime provider that holds the document in memory and pushes updates."""
+
+    def __init__(self, document: dict[str, Any]) -> None:
+        self.document = document
+        self.subscribers: list[Callable[[dict[str, Any]], None]] = []
+        self.closed = False
+
+    @property
+    def location(self) -> str:
+        return "memory"
+
+    def get_configuration(self) -> Mapping[str, Any]:
+        return self.document
+
+    def subscribe(self, on_update: Callable[[dict[str, Any]], None], on_error: Any) -> Any:
+        self.subscribers.append(on_update)
+        provider = self
+
+        class Handle:
+            def close(self) -> None:
+                provider.closed = True
+
+        return Handle()
+
+    def push(self, document: dict[str, Any]) -> None:
+        self.document = document
+        for subscriber in self.subscribers:
+            subscriber(document)
+
+
+def test_edge_runtime_reads_through_the_provider_seam() -> None:
+    provider = MemoryProvider(patched({"messaging": DELETE}))
+    config = load_config(thing=THING, platform=Platform.EDGE_RUNTIME, provider=provider)
+    assert config.messaging.ipc is True
+    assert config.source == "memory"
+    # The loaded configuration does not follow later changes of the provider's object.
+    provider.document["tags"]["owner"] = "changed"
+    assert config.tags["owner"] == "ops"
+
+
+def test_edge_runtime_updates_are_validated_and_applied() -> None:
+    provider = MemoryProvider(patched({"messaging": {}}))
+    loader = ConfigLoader(thing=THING, platform=Platform.EDGE_RUNTIME, provider=provider)
+    loader.load()
+    applied: list[ComponentConfig] = []
+    rejected: list[ConfigError] = []
+    watch = loader.watch(applied.append, rejected.append)
+    assert watch is not None
+    provider.push(patched({"messaging": {}, "tags": {"owner": "night-shift"}}))
+    provider.push(patched({"messaging": {}, "tags": {"site": "x"}}))
+    provider.push(patched({"messaging": {}, "tags": {"owner": "night-shift"}}))
+    assert [c.tags["owner"] for c in applied] == ["night-shift"]
+    assert [i.path for e in rejected for i in e.issues] == ["$.tags.site"]
+    current = loader.current
+    assert current is not None
+    assert current.tags["owner"] == "night-shift"
+    watch.close()
+    assert provider.closed
+
+
+def test_load_logs_the_redacted_configuration(
+    write_json: Callable[..., Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write_json(base_document())
+    with caplog.at_level(logging.INFO, logger="unskit.config"):
+        load_config(path, thing=THING, platform=Platform.HOST, default_component=TOKEN)
+    (record,) = [r for r in caplog.records if "configuration loaded" in r.getMessage()]
+    assert '"owner": "ops"' in record.getMessage()
+    assert str(path) in record.getMessage()
+
+
+def test_file_provider_reports_changes(tmp_path: Path) -> None:
+    path = tmp_path / "component.json"
+    path.write_text(json.dumps(patched({"messaging": {}})))
+    provider = FileConfigProvider(path)
+    loader = ConfigLoader(thing=THING, platform=Platform.EDGE_RUNTIME, provider=provider)
+    loader.load()
+    changed = threading.Event()
+    seen: list[ComponentConfig] = []
+
+    def on_change(config: ComponentConfig) -> None:
+        seen.append(config)
+        changed.set()
+
+    watch = loader.watch(on_change)
+    assert watch is not None
+    try:
+        temp = tmp_path / ".component.json.tmp"
+        temp.write_text(json.dumps(patched({"messaging": {}, "tags": {"owner": "b"}})))
+        temp.rename(path)
+        assert changed.wait(timeout=10)
+        assert seen[0].tags["owner"] == "b"
+    finally:
+        watch.close()

@@ -1,0 +1,639 @@
+"""Every schema and cross-section rule: a bad document names the JSON path and the rule."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from unskit.config import Platform, load_schema, parse_document, resolve_config, validate_document
+from unskit.errors import ConfigError, ConfigIssue
+
+from .documents import DELETE, THING, TOKEN, base_document, patched
+
+SECRET = {"$secret": "broker-login", "field": "password"}
+VAULT = {"vaultPath": "/var/lib/unskit/vault.json", "keyFile": "/etc/unskit/vault.key"}
+
+
+def _issues(document: Any, platform: Platform = Platform.HOST) -> list[ConfigIssue]:
+    try:
+        if isinstance(document, str):
+            name = "config.yaml" if document.startswith("#yaml") else "config.json"
+            document = parse_document(document, name)
+        resolve_config(document, thing=THING, platform=platform, default_component=TOKEN)
+    except ConfigError as exc:
+        return list(exc.issues)
+    pytest.fail("the document was accepted")
+
+
+# (document or JSON text, platform, expected path, words the message must contain)
+BAD: list[tuple[str, Any, Platform, str, tuple[str, ...]]] = [
+    (
+        "malformed-json",
+        '{"component": {}, "tags": {"a": "b",}}',
+        Platform.HOST,
+        "$",
+        ("malformed JSON", "line 1"),
+    ),
+    ("duplicate-key", '{"component": {}, "component": {}}', Platform.HOST, "$", ("appears twice",)),
+    ("malformed-yaml", "#yaml\ncomponent: [unclosed\n", Platform.HOST, "$", ("malformed YAML",)),
+    ("not-an-object", "[1, 2]", Platform.HOST, "$", ("must be an object",)),
+    ("unknown-top-level-key", patched({"loging": {}}), Platform.HOST, "$.loging", ("unknown key",)),
+    (
+        "unknown-broker-key",
+        patched({"messaging": {"local": {"prot": 1}}}),
+        Platform.HOST,
+        "$.messaging.local.prot",
+        ("unknown key", "allowed", "port"),
+    ),
+    (
+        "port-wrong-type",
+        patched({"messaging": {"local": {"port": "1883"}}}),
+        Platform.HOST,
+        "$.messaging.local.port",
+        ("must be an integer", "not a string"),
+    ),
+    (
+        "port-out-of-range",
+        patched({"messaging": {"local": {"port": 70000}}}),
+        Platform.HOST,
+        "$.messaging.local.port",
+        ("<= 65535",),
+    ),
+    (
+        "port-zero-needs-embedded",
+        patched({"messaging": {"local": {"port": 0}}}),
+        Platform.HOST,
+        "$.messaging.local.port",
+        ("embedded",),
+    ),
+    (
+        "host-missing",
+        patched({"messaging": {"local": {"host": DELETE}}}),
+        Platform.HOST,
+        "$.messaging.local.host",
+        ("is required",),
+    ),
+    (
+        "request-timeout-negative",
+        patched({"messaging": {"requestTimeoutSeconds": -1}}),
+        Platform.HOST,
+        "$.messaging.requestTimeoutSeconds",
+        (">= 0",),
+    ),
+    (
+        "qos-publish-too-high",
+        patched({"messaging": {"local": {"qos": {"publish": 3}}}}),
+        Platform.HOST,
+        "$.messaging.local.qos.publish",
+        ("<= 2",),
+    ),
+    (
+        "qos-subscribe-negative",
+        patched({"messaging": {"local": {"qos": {"subscribe": -1}}}}),
+        Platform.HOST,
+        "$.messaging.local.qos.subscribe",
+        (">= 0",),
+    ),
+    (
+        "qos-unknown-key",
+        patched({"messaging": {"local": {"qos": {"both": 1}}}}),
+        Platform.HOST,
+        "$.messaging.local.qos.both",
+        ("unknown key",),
+    ),
+    (
+        "cert-without-key",
+        patched({"messaging": {"local": {"credentials": {"certPath": "c"}}}}),
+        Platform.HOST,
+        "$.messaging.local.credentials.keyPath",
+        ("required alongside certPath",),
+    ),
+    (
+        "password-wrong-shape",
+        patched({"messaging": {"local": {"credentials": {"password": 7}}}}),
+        Platform.HOST,
+        "$.messaging.local.credentials.password",
+        ("string or a $secret reference",),
+    ),
+    (
+        "messaging-local-missing",
+        patched({"messaging": {"local": DELETE}}),
+        Platform.HOST,
+        "$.messaging.local",
+        ('"host"', '"port"', '"embedded"'),
+    ),
+    (
+        "messaging-missing-on-cluster",
+        patched({"messaging": DELETE}),
+        Platform.CLUSTER,
+        "$.messaging.local",
+        ('"host"', '"embedded"'),
+    ),
+    (
+        "northbound-without-address",
+        patched({"messaging": {"northbound": {"port": 8883}}}),
+        Platform.HOST,
+        "$.messaging.northbound",
+        ('"host" or "endpoint"',),
+    ),
+    (
+        "northbound-host-and-endpoint",
+        patched({"messaging": {"northbound": {"host": "a", "endpoint": "b"}}}),
+        Platform.HOST,
+        "$.messaging.northbound",
+        ("not both",),
+    ),
+    (
+        "northbound-embedded",
+        patched({"messaging": {"northbound": {"host": "embedded"}}}),
+        Platform.HOST,
+        "$.messaging.northbound.host",
+        ("remote broker",),
+    ),
+    (
+        "component-missing",
+        patched({"component": DELETE}),
+        Platform.HOST,
+        "$.component",
+        ("is required",),
+    ),
+    (
+        "component-not-object",
+        patched({"component": [1]}),
+        Platform.HOST,
+        "$.component",
+        ("must be an object",),
+    ),
+    (
+        "component-token-not-a-topic-level",
+        patched({"component": {"token": "a/b"}}),
+        Platform.HOST,
+        "$.component.token",
+        ("topic level",),
+    ),
+    (
+        "level-pattern",
+        patched({"hierarchy": {"levels": ["site", "line 4", "device"]}}),
+        Platform.HOST,
+        "$.hierarchy.levels[1]",
+        ("pattern", "^[A-Za-z0-9_-]+$"),
+    ),
+    (
+        "levels-unique",
+        patched({"hierarchy": {"levels": ["site", "line", "site"]}}),
+        Platform.HOST,
+        "$.hierarchy.levels[2]",
+        ("unique",),
+    ),
+    (
+        "levels-empty",
+        patched({"hierarchy": {"levels": []}}),
+        Platform.HOST,
+        "$.hierarchy.levels",
+        ("must not be empty",),
+    ),
+    (
+        "hierarchy-unknown-key",
+        patched({"hierarchy": {"depth": 3}}),
+        Platform.HOST,
+        "$.hierarchy.depth",
+        ("unknown key",),
+    ),
+    (
+        "identity-key-is-last-level",
+        patched({"identity": {"device": "gw-02"}}),
+        Platform.HOST,
+        "$.identity.device",
+        ("last hierarchy level", "thing name"),
+    ),
+    (
+        "identity-key-undeclared",
+        patched({"identity": {"area": "north"}}),
+        Platform.HOST,
+        "$.identity.area",
+        ("not a declared hierarchy level",),
+    ),
+    (
+        "identity-value-missing",
+        patched({"identity": {"line": DELETE}}),
+        Platform.HOST,
+        "$.identity.line",
+        ("is required", "every hierarchy level except the last"),
+    ),
+    (
+        "identity-value-not-a-level",
+        patched({"identity": {"site": "plant/1"}}),
+        Platform.HOST,
+        "$.identity.site",
+        ("topic level",),
+    ),
+    (
+        "identity-without-hierarchy",
+        patched({"hierarchy": DELETE, "identity": {"line": DELETE}}),
+        Platform.HOST,
+        "$.identity.site",
+        ("not a declared hierarchy level",),
+    ),
+    (
+        "tag-is-location-key",
+        patched({"tags": {"site": "plant-2"}}),
+        Platform.HOST,
+        "$.tags.site",
+        ("hierarchy level", "identity, not tags"),
+    ),
+    (
+        "tag-device-key",
+        patched({"tags": {"device": "x"}}),
+        Platform.HOST,
+        "$.tags.device",
+        ("hierarchy level",),
+    ),
+    (
+        "tag-value-not-string",
+        patched({"tags": {"owner": 5}}),
+        Platform.HOST,
+        "$.tags.owner",
+        ("must be a string",),
+    ),
+    (
+        "tag-key-name",
+        patched({"tags": {"bad key": "x"}}),
+        Platform.HOST,
+        "$.tags['bad key']",
+        ("key name", "pattern"),
+    ),
+    (
+        "include-root-wrong-type",
+        patched({"topic": {"includeRoot": "yes"}}),
+        Platform.HOST,
+        "$.topic.includeRoot",
+        ("must be a boolean",),
+    ),
+    (
+        "include-root-single-level",
+        patched({"hierarchy": DELETE, "identity": DELETE, "topic": {"includeRoot": True}}),
+        Platform.HOST,
+        "$.topic.includeRoot",
+        ("at least two levels",),
+    ),
+    (
+        "topic-root-wildcard",
+        patched({"topic": {"root": "uns/#"}}),
+        Platform.HOST,
+        "$.topic.root",
+        ("topic levels",),
+    ),
+    (
+        "metric-topic-refused",
+        patched({"metricEmission": {"target": "messaging", "targetConfig": {"topic": "m/x"}}}),
+        Platform.HOST,
+        "$.metricEmission.targetConfig.topic",
+        ("not allowed", "mints the metric topic", "destination"),
+    ),
+    (
+        "metric-target-unknown",
+        patched({"metricEmission": {"target": "prometheus"}}),
+        Platform.HOST,
+        "$.metricEmission.target",
+        ("one of", '"scrape"'),
+    ),
+    (
+        "metric-destination-unknown",
+        patched({"metricEmission": {"targetConfig": {"destination": "edge"}}}),
+        Platform.HOST,
+        "$.metricEmission.targetConfig.destination",
+        ("one of", '"local"', '"cloud"'),
+    ),
+    (
+        "metric-interval-zero",
+        patched({"metricEmission": {"intervalSeconds": 0}}),
+        Platform.HOST,
+        "$.metricEmission.intervalSeconds",
+        ("> 0",),
+    ),
+    (
+        "health-port-range",
+        patched({"health": {"port": 65536}}),
+        Platform.HOST,
+        "$.health.port",
+        ("<= 65535",),
+    ),
+    (
+        "health-enabled-type",
+        patched({"health": {"enabled": "true"}}),
+        Platform.HOST,
+        "$.health.enabled",
+        ("must be a boolean",),
+    ),
+    (
+        "health-path-relative",
+        patched({"health": {"livenessPath": "livez"}}),
+        Platform.HOST,
+        "$.health.livenessPath",
+        ("starting with '/'",),
+    ),
+    (
+        "health-unknown-key",
+        patched({"health": {"host": "0.0.0.0"}}),
+        Platform.HOST,
+        "$.health.host",
+        ("unknown key",),
+    ),
+    (
+        "health-paths-distinct",
+        patched({"health": {"readinessPath": "/livez"}}),
+        Platform.HOST,
+        "$.health.readinessPath",
+        ("must differ from livenessPath",),
+    ),
+    (
+        "python-format-invalid",
+        patched({"logging": {"python_format": "{timestamp} {level} {message}"}}),
+        Platform.HOST,
+        "$.logging.python_format",
+        ("%-style logging format",),
+    ),
+    (
+        "file-size-zero",
+        patched({"logging": {"fileLogging": {"maxFileSize": "0MB"}}}),
+        Platform.HOST,
+        "$.logging.fileLogging.maxFileSize",
+        ("greater than zero",),
+    ),
+    (
+        "metric-target-config-unknown-key",
+        patched({"metricEmission": {"targetConfig": {"prot": 9100}}}),
+        Platform.HOST,
+        "$.metricEmission.targetConfig.prot",
+        ("unknown key", "namespace"),
+    ),
+    (
+        "metric-scrape-port-range",
+        patched({"metricEmission": {"target": "scrape", "targetConfig": {"port": 99999}}}),
+        Platform.HOST,
+        "$.metricEmission.targetConfig.port",
+        ("<= 65535",),
+    ),
+    (
+        "topic-root-dollar",
+        patched({"topic": {"root": "$SYS"}}),
+        Platform.HOST,
+        "$.topic.root",
+        ("leading '$'",),
+    ),
+    (
+        "log-level-unknown",
+        patched({"logging": {"level": "LOUD"}}),
+        Platform.HOST,
+        "$.logging.level",
+        ("log level",),
+    ),
+    (
+        "logger-level-unknown",
+        patched({"logging": {"loggers": {"paho": "LOUD"}}}),
+        Platform.HOST,
+        "$.logging.loggers.paho",
+        ("log level",),
+    ),
+    (
+        "file-logging-needs-path",
+        patched({"logging": {"fileLogging": {"enabled": True}}}),
+        Platform.HOST,
+        "$.logging.fileLogging.filePath",
+        ("is required",),
+    ),
+    (
+        "file-size-format",
+        patched({"logging": {"fileLogging": {"maxFileSize": "10 parsecs"}}}),
+        Platform.HOST,
+        "$.logging.fileLogging.maxFileSize",
+        ("10MB",),
+    ),
+    (
+        "backup-count-negative",
+        patched({"logging": {"fileLogging": {"backupCount": -1}}}),
+        Platform.HOST,
+        "$.logging.fileLogging.backupCount",
+        (">= 0",),
+    ),
+    (
+        "heartbeat-interval-zero",
+        patched({"heartbeat": {"intervalSeconds": 0}}),
+        Platform.HOST,
+        "$.heartbeat.intervalSeconds",
+        ("> 0",),
+    ),
+    (
+        "credentials-need-vault-path",
+        patched({"credentials": {"keyFile": "k"}}),
+        Platform.HOST,
+        "$.credentials.vaultPath",
+        ("is required",),
+    ),
+    (
+        "credentials-key-env-name",
+        patched({"credentials": {**VAULT, "keyEnv": "1X"}}),
+        Platform.HOST,
+        "$.credentials.keyEnv",
+        ("pattern",),
+    ),
+    (
+        "secret-needs-vault",
+        patched({"messaging": {"local": {"credentials": {"username": "u", "password": SECRET}}}}),
+        Platform.HOST,
+        "$.messaging.local.credentials.password",
+        ("credentials section",),
+    ),
+    (
+        "secret-in-component-needs-vault",
+        patched({"component": {"plc": {"key": {"$secret": "plc-key"}}}}),
+        Platform.HOST,
+        "$.component.plc.key",
+        ("credentials section",),
+    ),
+    (
+        "secret-ref-extra-key",
+        patched({"credentials": VAULT, "component": {"cert": {"$secret": "c", "fields": "x"}}}),
+        Platform.HOST,
+        "$.component.cert.fields",
+        ("unknown key in a $secret reference",),
+    ),
+    (
+        "secret-ref-empty-name",
+        patched({"credentials": VAULT, "component": {"cert": {"$secret": ""}}}),
+        Platform.HOST,
+        "$.component.cert['$secret']",
+        ("non-empty string",),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("document", "platform", "path", "words"),
+    [pytest.param(doc, platform, path, words, id=name) for name, doc, platform, path, words in BAD],
+)
+def test_bad_document_names_path_and_rule(
+    document: Any, platform: Platform, path: str, words: tuple[str, ...]
+) -> None:
+    issues = _issues(document, platform)
+    at_path = [issue for issue in issues if issue.path == path]
+    assert at_path, f"no issue at {path}; got {issues}"
+    assert any(all(word in issue.message for word in words) for issue in at_path), at_path
+
+
+def test_base_document_is_valid() -> None:
+    assert validate_document(base_document()) == []
+
+
+@pytest.mark.parametrize("name", [row[0] for row in BAD if not isinstance(row[1], str)])
+def test_each_bad_row_differs_from_valid_only_by_its_fault(name: str) -> None:
+    # Guards the table: a row must not also break an unrelated rule by accident.
+    row = next(r for r in BAD if r[0] == name)
+    issues = _issues(row[1], row[2])
+    assert {issue.path for issue in issues} == {row[3]}, issues
+
+
+def test_all_errors_are_collected_not_just_the_first() -> None:
+    document = patched(
+        {
+            "messaging": {"local": {"port": "x", "qos": {"publish": 9}}},
+            "identity": {"device": "d"},
+            "health": {"port": -1},
+            "metricEmission": {"targetConfig": {"topic": "t"}},
+        }
+    )
+    paths = [issue.path for issue in _issues(document)]
+    assert paths == sorted(
+        [
+            "$.health.port",
+            "$.identity.device",
+            "$.messaging.local.port",
+            "$.messaging.local.qos.publish",
+            "$.metricEmission.targetConfig.topic",
+        ]
+    )
+
+
+def test_error_text_lists_every_path() -> None:
+    document = patched({"messaging": {"local": {"port": "x"}}, "tags": {"site": "s"}})
+    with pytest.raises(ConfigError) as caught:
+        resolve_config(document, thing=THING, platform=Platform.HOST, source="plant.json")
+    text = str(caught.value)
+    assert "2 configuration errors in plant.json" in text
+    assert "$.messaging.local.port: must be an integer" in text
+    assert "$.tags.site: is a hierarchy level" in text
+
+
+def test_embedded_host_is_valid_without_port() -> None:
+    document = patched({"messaging": {"local": {"host": "embedded", "port": DELETE}}})
+    assert validate_document(document) == []
+
+
+def test_embedded_host_may_ask_for_any_free_port() -> None:
+    document = patched({"messaging": {"local": {"host": "embedded", "port": 0}}})
+    assert validate_document(document) == []
+
+
+def test_edge_runtime_needs_no_local_broker() -> None:
+    document = patched({"messaging": DELETE})
+    assert validate_document(document, platform=Platform.EDGE_RUNTIME) == []
+    assert [i.path for i in validate_document(document, platform=Platform.HOST)] == [
+        "$.messaging.local"
+    ]
+
+
+def test_type_key_of_local_broker_is_accepted() -> None:
+    document = patched({"messaging": {"local": {"type": "mqtt"}}})
+    assert validate_document(document) == []
+
+
+def test_secret_reference_with_vault_is_valid() -> None:
+    document = patched(
+        {
+            "credentials": VAULT,
+            "messaging": {"local": {"credentials": {"username": "u", "password": SECRET}}},
+        }
+    )
+    assert validate_document(document) == []
+
+
+def test_target_config_keeps_target_specific_keys() -> None:
+    document = patched({"metricEmission": {"target": "scrape", "targetConfig": {"port": 9100}}})
+    assert validate_document(document) == []
+
+
+def test_schema_keyword_is_allowed_at_top_level() -> None:
+    document = patched({"$schema": "urn:unskit:schema:framework:1"})
+    assert validate_document(document) == []
+
+
+def test_framework_schema_is_a_valid_draft_2020_12_schema() -> None:
+    schema = load_schema("framework.schema.json")
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    Draft202012Validator.check_schema(schema)
+    assert set(schema["properties"]) == {
+        "$schema",
+        "component",
+        "tags",
+        "hierarchy",
+        "identity",
+        "topic",
+        "messaging",
+        "credentials",
+        "metricEmission",
+        "logging",
+        "heartbeat",
+        "health",
+    }
+
+
+def test_component_schema_validates_the_component_section() -> None:
+    component_schema = {
+        "type": "object",
+        "required": ["instances"],
+        "properties": {
+            "token": {"type": "string"},
+            "instances": {"type": "array", "items": {"type": "object", "required": ["id"]}},
+            "key": {"$ref": "urn:unskit:schema:framework:1#/$defs/secretRef"},
+        },
+    }
+    document = patched({"component": {"instances": [{"name": "x"}], "key": {"$secret": 5}}})
+    paths = {issue.path for issue in validate_document(document, component_schema=component_schema)}
+    assert "$.component.instances[0].id" in paths
+    assert "$.component.key['$secret']" in paths
+
+
+def test_missing_thing_name_is_an_error_naming_the_ways_to_give_it() -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve_config(base_document(), thing=None, platform=Platform.HOST)
+    (issue,) = caught.value.issues
+    assert issue.path == "-t/--thing"
+    assert "UNSKIT_THING_NAME" in issue.message
+    assert "AWS_IOT_THING_NAME" in issue.message
+
+
+def test_thing_name_must_be_one_topic_level() -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve_config(base_document(), thing="a/b", platform=Platform.HOST)
+    assert [i.path for i in caught.value.issues] == ["-t/--thing"]
+
+
+def test_component_token_falls_back_to_builtin_and_is_required_without_one() -> None:
+    document = patched({"component": {"token": DELETE}})
+    config = resolve_config(
+        document, thing=THING, platform=Platform.HOST, default_component="camera-adapter"
+    )
+    assert config.component_token == "camera-adapter"
+    with pytest.raises(ConfigError) as caught:
+        resolve_config(document, thing=THING, platform=Platform.HOST)
+    assert [i.path for i in caught.value.issues] == ["$.component.token"]
+
+
+def test_json_text_errors_do_not_echo_document_text() -> None:
+    text = json.dumps({"component": {}}).replace("}", ", 'hunter2-in-text'}", 1)
+    with pytest.raises(ConfigError) as caught:
+        parse_document(text, "c.json")
+    assert "hunter2" not in str(caught.value)
