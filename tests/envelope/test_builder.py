@@ -173,3 +173,24 @@ def test_content_metadata_is_carried():
     assert message.content_encoding == "identity"
     assert message.schema == "urn:unskit:image:1"
     assert samples.structured().content_encoding is None
+
+
+def test_configuration_tags_may_be_any_mapping():
+    from types import MappingProxyType
+
+    class ReadOnlyStamp:
+        identity = samples.IDENTITY
+        tags = MappingProxyType({"b": "2", "a": "1"})
+
+    assert MessageBuilder("r", "1", ReadOnlyStamp()).build().tags == {"a": "1", "b": "2"}
+
+
+def test_tags_that_are_not_strings_are_refused():
+    from types import MappingProxyType
+
+    class BadStamp:
+        identity = None
+        tags = MappingProxyType({"a": 1})
+
+    with pytest.raises(TypeError):
+        MessageBuilder("r", "1", BadStamp()).build()

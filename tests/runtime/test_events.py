@@ -8,14 +8,8 @@ from datetime import datetime
 import pytest
 
 from unskit import Identity, Message
-from unskit.runtime.events import (
-    AlarmState,
-    Events,
-    Severity,
-    TopicScope,
-    uns_topic,
-    validate_token,
-)
+from unskit.messaging.topics import TopicScope, uns_topic, validate_token
+from unskit.runtime.events import AlarmState, Events, Severity, event_topic
 
 SCOPE = TopicScope("uns", "dev-1", "ethernet-ip-adapter")
 HEAD = "uns/dev-1/ethernet-ip-adapter"
@@ -118,7 +112,7 @@ def test_topic_scope_validates_at_construction():
 
 def test_topic_scope_with_root_level():
     scope = TopicScope("uns", "dev-1", "cip", root_level="plant-1")
-    assert scope.event_topic("warning", "write-rejected", instance="opc-1") == (
+    assert event_topic(scope, "warning", "write-rejected", instance="opc-1") == (
         "uns/plant-1/dev-1/cip/opc-1/evt/warning/write-rejected"
     )
 

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from unskit import Identity, Message
-from unskit.runtime.events import TopicScope
+from unskit.messaging.topics import TopicScope
 from unskit.runtime.metrics import (
     CLOUDMON_MAX_METRICS_PER_LINE,
     PROMETHEUS_CONTENT_TYPE,

@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from unskit.envelope import EnvelopeStamp, Message, MessageBuilder
+from unskit.messaging.topics import TopicScope, validate_token
 
 __all__ = [
     "ALARM_MESSAGE_NAME",
@@ -38,17 +39,13 @@ __all__ = [
     "Events",
     "Publisher",
     "Severity",
-    "TopicScope",
-    "uns_topic",
-    "validate_token",
+    "event_topic",
 ]
 
 EVENT_MESSAGE_NAME = "Event"
 ALARM_MESSAGE_NAME = "Alarm"
 EVENT_MESSAGE_VERSION = "1.0"
 
-# MQTT caps a topic name at 65,535 bytes of UTF-8.
-_MAX_TOPIC_BYTES = 65_535
 # Event and alarm types in the spec are lower-kebab (config-applied, device-unreachable);
 # holding every type to it keeps topic filters predictable across components.
 _TYPE_PATTERN = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
@@ -78,91 +75,11 @@ class Publisher(Protocol):
         """Publishes one message on one topic."""
 
 
-def validate_token(value: object, what: str) -> str:
-    """Returns a topic token, refusing empty ones and ones holding ``/``, ``+``, ``#`` or NUL."""
-    if not isinstance(value, str):
-        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
-    if not value:
-        raise ValueError(f"{what} must not be empty")
-    for bad in ("/", "+", "#", "\x00"):
-        if bad in value:
-            raise ValueError(f"{what} {value!r} must not contain {bad!r}")
-    return value
-
-
-def _validate_root(root: object) -> str:
-    if not isinstance(root, str):
-        raise TypeError(f"topic root must be a str, not {type(root).__name__}")
-    # The root may span levels (e.g. "acme/uns"); each level is still a plain token.
-    for level in root.split("/"):
-        validate_token(level, "topic root level")
-    # Brokers reserve $-topics ($SYS) and a wildcard subscription never matches them.
-    if root.startswith("$"):
-        raise ValueError(f"topic root {root!r} must not start with '$'")
-    return root
-
-
-def uns_topic(
-    root: str,
-    device: str,
-    component: str,
-    topic_class: str,
-    *channel: str,
-    instance: str | None = None,
-    root_level: str | None = None,
+def event_topic(
+    scope: TopicScope, severity: Severity | str, event_type: str, *, instance: str | None = None
 ) -> str:
-    """Builds ``{root}[/{root_level}]/{device}/{component}[/{instance}]/{class}[/{channel}...]``."""
-    parts = [_validate_root(root)]
-    if root_level is not None:
-        parts.append(validate_token(root_level, "root level"))
-    parts.append(validate_token(device, "device"))
-    parts.append(validate_token(component, "component"))
-    if instance is not None:
-        parts.append(validate_token(instance, "instance"))
-    parts.append(validate_token(topic_class, "topic class"))
-    parts.extend(validate_token(token, "channel token") for token in channel)
-    topic = "/".join(parts)
-    if len(topic.encode("utf-8")) > _MAX_TOPIC_BYTES:
-        raise ValueError(f"topic is longer than {_MAX_TOPIC_BYTES} bytes")
-    return topic
-
-
-@dataclass(frozen=True)
-class TopicScope:
-    """The fixed head of a component's topics; ``root_level`` is the first hierarchy value,
-    given only when ``topic.includeRoot`` is true."""
-
-    root: str
-    device: str
-    component: str
-    root_level: str | None = None
-
-    def __post_init__(self) -> None:
-        _validate_root(self.root)
-        validate_token(self.device, "device")
-        validate_token(self.component, "component")
-        if self.root_level is not None:
-            validate_token(self.root_level, "root level")
-
-    def topic(self, topic_class: str, *channel: str, instance: str | None = None) -> str:
-        """Builds a topic of this component (instance scope when ``instance`` is given)."""
-        return uns_topic(
-            self.root,
-            self.device,
-            self.component,
-            topic_class,
-            *channel,
-            instance=instance,
-            root_level=self.root_level,
-        )
-
-    def event_topic(
-        self, severity: Severity | str, event_type: str, *, instance: str | None = None
-    ) -> str:
-        """Builds ``.../evt/{severity}/{type}``."""
-        return self.topic(
-            "evt", _severity(severity).value, _event_type(event_type), instance=instance
-        )
+    """Builds ``.../evt/{severity}/{type}`` under `scope`."""
+    return scope.topic("evt", _severity(severity).value, _event_type(event_type), instance=instance)
 
 
 def _severity(value: Severity | str) -> Severity:
@@ -219,7 +136,7 @@ class Events:
     ) -> Message:
         """Publishes one event on ``.../evt/{severity}/{type}`` and returns the message."""
         level = _severity(severity)
-        topic = self._scope.event_topic(level, event_type, instance=instance)
+        topic = event_topic(self._scope, level, event_type, instance=instance)
         body: dict[str, Any] = {"type": event_type, "severity": level.value}
         if instance is not None:
             body["instance"] = instance
@@ -288,7 +205,7 @@ class Events:
     ) -> bool:
         """Raises an alarm; publishes only when it was not already raised (returns whether)."""
         level = _severity(severity)
-        topic = self._scope.event_topic(level, alarm_type, instance=instance)
+        topic = event_topic(self._scope, level, alarm_type, instance=instance)
         key = (alarm_type, instance)
         with self._lock:
             if key in self._alarms:
@@ -340,7 +257,7 @@ class Events:
         if active is None:
             return False
         alarm_type, instance = key
-        topic = self._scope.event_topic(active.severity, alarm_type, instance=instance)
+        topic = event_topic(self._scope, active.severity, alarm_type, instance=instance)
         if context is not None:
             active = _ActiveAlarm(active.severity, active.raised_at, dict(context))
         body = self._alarm_body(alarm_type, instance, active, AlarmState.CLEARED, _rfc3339_now())

@@ -42,7 +42,8 @@ from datetime import datetime, timezone
 from typing import Any, Protocol, TextIO
 
 from unskit.envelope import EnvelopeStamp, MessageBuilder
-from unskit.runtime.events import Publisher, TopicScope, validate_token
+from unskit.messaging.topics import TopicScope, validate_token
+from unskit.runtime.events import Publisher
 
 __all__ = [
     "CLOUDMON_MAX_METRICS_PER_LINE",

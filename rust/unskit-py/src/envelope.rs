@@ -464,7 +464,7 @@ fn build_message(
     correlation_id: Option<String>,
     reply_to: Option<String>,
     identity: Option<&Identity>,
-    tags: Option<BTreeMap<String, String>>,
+    tags: Option<&Bound<'_, PyAny>>,
     body: Option<&Body>,
     content_type: Option<String>,
     content_encoding: Option<String>,
@@ -480,7 +480,7 @@ fn build_message(
             reply_to: reply_to.unwrap_or_default(),
         }),
         identity: identity.map(Identity::to_core),
-        tags: tags.unwrap_or_default(),
+        tags: tags.map(tags_from_py).transpose()?.unwrap_or_default(),
         content_type: content_type.unwrap_or_default(),
         content_encoding: content_encoding.unwrap_or_default(),
         schema: schema.unwrap_or_default(),
@@ -488,6 +488,24 @@ fn build_message(
     };
     core::validate(&envelope).map_err(to_py)?;
     Ok(Message { envelope })
+}
+
+/// Tags from any mapping of str to str (a dict, a read-only view, a config object's map).
+fn tags_from_py(tags: &Bound<'_, PyAny>) -> PyResult<BTreeMap<String, String>> {
+    if let Ok(dict) = tags.cast::<PyDict>() {
+        return dict.extract();
+    }
+    let mapping = tags
+        .cast::<PyMapping>()
+        .map_err(|_| PyTypeError::new_err("tags must be a mapping of str to str"))?;
+    let mut out = BTreeMap::new();
+    for item in mapping.items()?.iter() {
+        let (key, value): (String, String) = item
+            .extract()
+            .map_err(|_| PyTypeError::new_err("tags must be a mapping of str to str"))?;
+        out.insert(key, value);
+    }
+    Ok(out)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,0 +1,23 @@
+"""Messaging: envelopes over MQTT (or the edge-runtime IPC bus), local and northbound."""
+
+from unskit.messaging.client import LinkStats, MessagingClient
+from unskit.messaging.requests import RequestFuture
+from unskit.messaging.topics import (
+    REPLY_TOPIC_PREFIX,
+    RESERVED_CLASSES,
+    TopicScope,
+    topic_matches_filter,
+)
+from unskit.messaging.transport import QoS, Transport
+
+__all__ = [
+    "REPLY_TOPIC_PREFIX",
+    "RESERVED_CLASSES",
+    "LinkStats",
+    "MessagingClient",
+    "QoS",
+    "RequestFuture",
+    "TopicScope",
+    "Transport",
+    "topic_matches_filter",
+]

@@ -1,0 +1,451 @@
+"""`MessagingClient`: publish/subscribe and request/reply on the local and northbound brokers."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from unskit.config.model import BrokerConfig, MessagingConfig
+from unskit.config.secrets import SecretResolver
+from unskit.envelope import Message
+from unskit.errors import EnvelopeError, MessagingError, RequestTimeoutError
+from unskit.messaging.mqtt import MqttTransport
+from unskit.messaging.requests import DeadlineTimer, RequestFuture
+from unskit.messaging.subscriptions import Handler, Subscription
+from unskit.messaging.topics import (
+    REPLY_TOPIC_PREFIX,
+    check_not_reserved,
+    topic_matches_filter,
+)
+from unskit.messaging.transport import QoS, Transport
+
+__all__ = ["LinkStats", "MessagingClient"]
+
+_log = logging.getLogger(__name__)
+
+# Malformed frames are counted always, logged first and then every this many.
+REJECT_LOG_EVERY = 1_000
+
+
+@dataclass
+class LinkStats:
+    """Counters of one broker link."""
+
+    received: int = 0
+    rejected: int = 0
+    stragglers: int = 0
+    published: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+
+
+class _Link:
+    """One broker: its transport, subscriptions and pending requests."""
+
+    def __init__(
+        self, transport: Transport, config: BrokerConfig | None, timer: DeadlineTimer
+    ) -> None:
+        self.transport = transport
+        self.publish_qos = QoS(config.qos.publish) if config else QoS.AT_LEAST_ONCE
+        self.subscribe_qos = QoS(config.qos.subscribe) if config else QoS.AT_LEAST_ONCE
+        self._timer = timer
+        self._lock = threading.Lock()
+        self.subscriptions: dict[str, Subscription] = {}
+        self.pending: dict[str, RequestFuture] = {}
+        self._deadlines: dict[str, int] = {}
+        self.stats = LinkStats()
+
+    @property
+    def name(self) -> str:
+        return self.transport.name
+
+    def start(self) -> None:
+        self.transport.start(self.on_message, self._on_link)
+
+    def _on_link(self, up: bool) -> None:
+        _log.info("messaging %s: link %s", self.name, "up" if up else "down")
+
+    # -- inbound (transport thread): decode, then hand over without blocking ------------
+
+    def on_message(self, topic: str, payload: bytes | bytearray) -> None:
+        self.stats.received += 1
+        if topic.startswith(REPLY_TOPIC_PREFIX):
+            self._on_reply(topic, payload)
+            return
+        with self._lock:
+            matching = [s for s in self.subscriptions.values() if s.matches(topic)]
+        if not matching:
+            return
+        message = self._decode(topic, payload)
+        if message is None:
+            return
+        matching[0].offer(topic, message)
+        for subscription in matching[1:]:
+            # Each subscriber gets its own copy: handlers may change a message in place.
+            subscription.offer(topic, Message.from_bytes(payload))
+
+    def _decode(self, topic: str, payload: bytes | bytearray) -> Message | None:
+        try:
+            return Message.from_bytes(payload)
+        except EnvelopeError as error:
+            self.stats.rejected += 1
+            rejected = self.stats.rejected
+            if rejected == 1 or rejected % REJECT_LOG_EVERY == 0:
+                _log.warning(
+                    "messaging %s: rejected %d bytes on %r (%s); %d rejected so far",
+                    self.name,
+                    len(payload),
+                    topic,
+                    error,
+                    rejected,
+                )
+            return None
+
+    def _on_reply(self, topic: str, payload: bytes | bytearray) -> None:
+        with self._lock:
+            future = self.pending.get(topic)
+        if future is None:
+            self.stats.stragglers += 1
+            _log.debug("messaging %s: straggler reply on %r dropped", self.name, topic)
+            return
+        reply = self._decode(topic, payload)
+        if reply is None:
+            return
+        if reply.correlation_id != future.correlation_id:
+            self.stats.stragglers += 1
+            _log.debug(
+                "messaging %s: reply on %r carries correlation id %r, not %r; dropped",
+                self.name,
+                topic,
+                reply.correlation_id,
+                future.correlation_id,
+            )
+            return
+        self.settle(future, reply=reply)
+
+    # -- the one settle path: reply, deadline and cancel all end here -------------------
+
+    def settle(
+        self,
+        future: RequestFuture,
+        *,
+        reply: Message | None = None,
+        error: BaseException | None = None,
+    ) -> bool:
+        with self._lock:
+            if self.pending.get(future.reply_topic) is not future:
+                return False
+            del self.pending[future.reply_topic]
+            handle = self._deadlines.pop(future.reply_topic, None)
+        if handle is not None:
+            self._timer.cancel(handle)
+        # When the link is closing, the subscription goes with it.
+        with contextlib.suppress(MessagingError):
+            self.transport.unsubscribe(future.reply_topic)
+        if reply is not None:
+            return future._resolve(reply)
+        if error is not None:
+            return future._fail(error)
+        return future._cancel()
+
+    # -- outbound -------------------------------------------------------------------------
+
+    def publish(self, topic: str, payload: bytes, qos: QoS | None) -> None:
+        self.transport.publish(topic, payload, self.publish_qos if qos is None else QoS(qos))
+        self.stats.published += 1
+
+    def subscribe(
+        self,
+        topic_filter: str,
+        handler: Handler,
+        qos: QoS | None,
+        max_concurrency: int | None,
+        max_messages: int | None,
+    ) -> None:
+        _check_filter(topic_filter)
+        subscription = Subscription(
+            topic_filter, handler, max_concurrency=max_concurrency, max_messages=max_messages
+        )
+        with self._lock:
+            if topic_filter in self.subscriptions:
+                raise ValueError(
+                    f"already subscribed to {topic_filter!r} on {self.name}; unsubscribe first"
+                )
+            self.subscriptions[topic_filter] = subscription
+        try:
+            self.transport.subscribe(topic_filter, self.subscribe_qos if qos is None else QoS(qos))
+        except BaseException:
+            with self._lock:
+                self.subscriptions.pop(topic_filter, None)
+            raise
+
+    def unsubscribe(self, topic_filter: str) -> None:
+        with self._lock:
+            subscription = self.subscriptions.pop(topic_filter, None)
+        if subscription is None:
+            return
+        self.transport.unsubscribe(topic_filter)
+        subscription.close(timeout=0)
+
+    def request(
+        self, topic: str, message: Message, timeout_secs: float | None, default_timeout: float
+    ) -> RequestFuture:
+        request = message.make_request(message.reply_to)
+        reply_topic = request.reply_to
+        assert reply_topic is not None
+        deadline = default_timeout if timeout_secs is None else timeout_secs
+        if deadline < 0:
+            raise ValueError(f"timeout_secs must be 0 (no deadline) or more, not {deadline}")
+        future = RequestFuture(topic, reply_topic, request.correlation_id, deadline or None)
+        with self._lock:
+            if reply_topic in self.pending:
+                raise MessagingError(f"a request already waits for replies on {reply_topic!r}")
+            self.pending[reply_topic] = future
+        try:
+            self.transport.subscribe(reply_topic, self.subscribe_qos)
+            if deadline:
+                expired = RequestTimeoutError(
+                    f"no reply on {reply_topic!r} to the request on {topic!r} within {deadline} s"
+                )
+
+                def expire() -> None:
+                    self.settle(future, error=expired)
+
+                handle = self._timer.call_later(deadline, expire)
+                with self._lock:
+                    if reply_topic in self.pending:
+                        self._deadlines[reply_topic] = handle
+                    else:  # settled already
+                        self._timer.cancel(handle)
+            self.publish(topic, request.to_bytes(), None)
+        except BaseException as error:
+            self.settle(future, error=error)
+            raise
+        return future
+
+    def close(self, timeout: float) -> None:
+        with self._lock:
+            pending = list(self.pending.values())
+            subscriptions = list(self.subscriptions.values())
+            self.subscriptions.clear()
+        for future in pending:
+            self.settle(future, error=MessagingError(f"messaging {self.name} closed"))
+        for subscription in subscriptions:
+            subscription.close(timeout)
+        self.transport.close(timeout)
+
+
+def _check_filter(topic_filter: str) -> None:
+    if not topic_filter:
+        raise ValueError("a topic filter must not be empty")
+    levels = topic_filter.split("/")
+    for i, level in enumerate(levels):
+        if "#" in level and (level != "#" or i != len(levels) - 1):
+            raise ValueError(f"topic filter {topic_filter!r}: '#' must be the whole last level")
+        if "+" in level and level != "+":
+            raise ValueError(f"topic filter {topic_filter!r}: '+' must be a whole level")
+
+
+class MessagingClient:
+    """Publish/subscribe and request/reply over the local broker (or the edge-runtime IPC
+    transport) and an optional northbound broker."""
+
+    def __init__(
+        self,
+        config: MessagingConfig,
+        *,
+        secrets: SecretResolver | None = None,
+        local: Transport | None = None,
+        northbound: Transport | None = None,
+    ) -> None:
+        self._config = config
+        self._timer = DeadlineTimer()
+        if local is None:
+            if config.local is None:
+                raise MessagingError(
+                    "messaging.local is not configured and no IPC transport was given"
+                )
+            local = _mqtt(config.local, "local", secrets)
+        self._local = _Link(local, config.local, self._timer)
+        self._northbound: _Link | None = None
+        if northbound is None and config.northbound is not None:
+            northbound = _mqtt(config.northbound, "northbound", secrets)
+        if northbound is not None:
+            self._northbound = _Link(northbound, config.northbound, self._timer)
+        self._closed = False
+        self._close_lock = threading.Lock()
+
+    def start(self) -> MessagingClient:
+        """Connects every link in the background (reconnecting on its own); returns self."""
+        self._local.start()
+        if self._northbound is not None:
+            self._northbound.start()
+        return self
+
+    def __enter__(self) -> MessagingClient:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- publish ----------------------------------------------------------------------
+
+    def publish(self, topic: str, message: Message, qos: QoS | None = None) -> None:
+        """Publishes an envelope on the local broker (default QoS from configuration)."""
+        check_not_reserved(topic)
+        self._local.publish(topic, message.to_bytes(), qos)
+
+    def publish_northbound(self, topic: str, message: Message, qos: QoS) -> None:
+        """Publishes an envelope on the northbound broker."""
+        check_not_reserved(topic)
+        self._require_northbound().publish(topic, message.to_bytes(), qos)
+
+    def publish_raw(self, topic: str, document: Mapping[str, Any], qos: QoS | None = None) -> None:
+        """Publishes a JSON object as it is (no envelope), for consumers outside unskit."""
+        check_not_reserved(topic)
+        self._local.publish(topic, _json_bytes(document), qos)
+
+    def publish_northbound_raw(self, topic: str, document: Mapping[str, Any], qos: QoS) -> None:
+        """Publishes a JSON object as it is (no envelope) on the northbound broker."""
+        check_not_reserved(topic)
+        self._require_northbound().publish(topic, _json_bytes(document), qos)
+
+    # -- subscribe ----------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        topic_filter: str,
+        callback: Handler,
+        max_concurrency: int | None = None,
+        max_messages: int | None = None,
+    ) -> None:
+        """Calls `callback(topic, message)` on worker threads for each envelope received."""
+        self._local.subscribe(topic_filter, callback, None, max_concurrency, max_messages)
+
+    def subscribe_northbound(
+        self,
+        topic_filter: str,
+        callback: Handler,
+        qos: QoS,
+        max_concurrency: int | None = None,
+        max_messages: int | None = None,
+    ) -> None:
+        """`subscribe` on the northbound broker, with an explicit QoS."""
+        self._require_northbound().subscribe(
+            topic_filter, callback, qos, max_concurrency, max_messages
+        )
+
+    def unsubscribe(self, topic_filter: str) -> None:
+        """Stops a local subscription; queued messages are still handled."""
+        self._local.unsubscribe(topic_filter)
+
+    def unsubscribe_northbound(self, topic_filter: str) -> None:
+        """Stops a northbound subscription."""
+        self._require_northbound().unsubscribe(topic_filter)
+
+    # -- request/reply ----------------------------------------------------------------
+
+    def request(
+        self, topic: str, message: Message, timeout_secs: float | None = None
+    ) -> RequestFuture:
+        """Sends `message` as a request; the future fails with RequestTimeoutError at the
+        deadline (`timeout_secs`, else requestTimeoutSeconds; 0 means none)."""
+        check_not_reserved(topic)
+        return self._local.request(
+            topic, message, timeout_secs, self._config.request_timeout_seconds
+        )
+
+    def request_northbound(
+        self, topic: str, message: Message, timeout_secs: float | None = None
+    ) -> RequestFuture:
+        """`request` on the northbound broker."""
+        check_not_reserved(topic)
+        return self._require_northbound().request(
+            topic, message, timeout_secs, self._config.request_timeout_seconds
+        )
+
+    def cancel_request(self, future: RequestFuture) -> None:
+        """Cancels a pending local request; a settled one is left as it is."""
+        self._local.settle(future)
+
+    def cancel_request_northbound(self, future: RequestFuture) -> None:
+        """Cancels a pending northbound request."""
+        self._require_northbound().settle(future)
+
+    def reply(self, request: Message, reply: Message) -> None:
+        """Publishes `reply` to the request's reply_to, carrying its correlation id."""
+        self._reply(self._local, request, reply)
+
+    def reply_northbound(self, request: Message, reply: Message) -> None:
+        """`reply` on the northbound broker."""
+        self._reply(self._require_northbound(), request, reply)
+
+    @staticmethod
+    def _reply(link: _Link, request: Message, reply: Message) -> None:
+        reply_to = request.reply_to
+        if reply_to is None:
+            raise ValueError(
+                f"the request {request.header.name!r} ({request.header.uuid}) carries no "
+                "reply_to: there is nowhere to reply"
+            )
+        check_not_reserved(reply_to)
+        reply.set_correlation_id(request.correlation_id)
+        link.publish(reply_to, reply.to_bytes(), None)
+
+    # -- state ----------------------------------------------------------------------------
+
+    @staticmethod
+    def topic_matches_filter(topic_filter: str, topic: str) -> bool:
+        """MQTT topic-filter matching (`+` one level, `#` the rest)."""
+        return topic_matches_filter(topic_filter, topic)
+
+    def connected(self) -> bool:
+        """The local link only: it backs readiness, and a northbound outage never changes it."""
+        return self._local.transport.is_connected()
+
+    def northbound_connected(self) -> bool:
+        """The northbound link's state (False when none is configured); never readiness."""
+        return self._northbound is not None and self._northbound.transport.is_connected()
+
+    def stats(self, northbound: bool = False) -> LinkStats:
+        """Counters of the local (or northbound) link, with drops per subscription."""
+        link = self._require_northbound() if northbound else self._local
+        link.stats.dropped = {f: s.dropped for f, s in link.subscriptions.items()}
+        return link.stats
+
+    def pending_requests(self, northbound: bool = False) -> int:
+        """Requests still waiting for a reply."""
+        link = self._require_northbound() if northbound else self._local
+        return len(link.pending)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Fails pending requests, drains subscriptions, flushes QoS 1/2, disconnects."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        for link in (self._northbound, self._local):
+            if link is not None:
+                link.close(timeout)
+        self._timer.stop()
+
+    def _require_northbound(self) -> _Link:
+        if self._northbound is None:
+            raise MessagingError("no northbound broker is configured (messaging.northbound)")
+        return self._northbound
+
+
+def _json_bytes(document: Mapping[str, Any]) -> bytes:
+    if not isinstance(document, Mapping):
+        raise TypeError(
+            f"a raw publish takes a JSON object (a mapping), not {type(document).__name__}"
+        )
+    return json.dumps(document, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _mqtt(config: BrokerConfig, name: str, secrets: SecretResolver | None) -> Transport:
+    return MqttTransport(config, name=name, secrets=secrets)

@@ -1,0 +1,284 @@
+"""The MQTT transport over paho-mqtt: the only module that imports paho."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
+
+from unskit.config.model import BrokerConfig
+from unskit.config.secrets import SecretResolver, resolve_value
+from unskit.errors import MessagingError, PublishError
+from unskit.messaging.transport import LinkCallback, MessageCallback, QoS
+
+__all__ = ["MAX_QUEUED_MESSAGES", "MqttTransport"]
+
+_log = logging.getLogger(__name__)
+
+# Publishes (QoS 1 and 2) held while the link is down; beyond this a publish raises.
+MAX_QUEUED_MESSAGES = 10_000
+# QoS 1/2 messages on the wire awaiting acknowledgement; paho's default of 20 throttles
+# throughput on a fast link.
+MAX_INFLIGHT_MESSAGES = 1_000
+KEEPALIVE_SECS = 30
+# Reconnect backoff: full jitter over an exponentially growing window, so a fleet of
+# gateways does not reconnect in lockstep after a broker restart.
+BACKOFF_BASE_SECS = 0.5
+BACKOFF_MAX_SECS = 30.0
+
+
+class MqttTransport:
+    """One MQTT broker link: TLS keyed on caPath, jittered reconnects, filters restored."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        name: str = "local",
+        secrets: SecretResolver | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._config = config
+        self._name = name
+        self._secrets = secrets
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._filters: dict[str, QoS] = {}
+        # Notified whenever paho reports a publish complete; close() waits on it.
+        self._acked = threading.Condition(self._lock)
+        self._connected = False
+        self._attempt = 0
+        self._closed = False
+        self._dropped_qos0 = 0
+        self._client: paho.Client | None = None
+        self._on_message: MessageCallback | None = None
+        self._on_link: LinkCallback | None = None
+
+    @property
+    def name(self) -> str:
+        """`local` or `northbound`, for logs and errors."""
+        return self._name
+
+    @property
+    def dropped_while_disconnected(self) -> int:
+        """QoS 0 publishes dropped because the link was down (QoS 0 is at most once)."""
+        return self._dropped_qos0
+
+    def start(self, on_message: MessageCallback, on_link: LinkCallback) -> None:
+        """Resolves credentials, then connects and reconnects in paho's network thread."""
+        self._on_message, self._on_link = on_message, on_link
+        config = self._config
+        client = paho.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=config.client_id,
+            # A stable client id gets a persistent session: QoS 1/2 messages published to
+            # our subscriptions while we are away wait on the broker for us.
+            clean_session=False,
+            protocol=MQTTProtocolVersion.MQTTv311,
+        )
+        client.max_queued_messages_set(MAX_QUEUED_MESSAGES)
+        client.max_inflight_messages_set(MAX_INFLIGHT_MESSAGES)
+        self._configure_security(client)
+        client.on_socket_open = _set_nodelay
+        client.on_connect = self._handle_connect
+        client.on_disconnect = self._handle_disconnect
+        client.on_connect_fail = self._handle_connect_fail
+        client.on_message = self._handle_message
+        client.on_publish = self._handle_publish
+        client.reconnect_delay_set(BACKOFF_BASE_SECS, BACKOFF_MAX_SECS)  # type: ignore[arg-type]
+        self._client = client
+        _log.info(
+            "messaging %s: connecting to %s:%d as %r%s",
+            self._name,
+            config.host,
+            config.port,
+            config.client_id,
+            " over TLS" if config.tls else "",
+        )
+        client.connect_async(config.host, config.port, keepalive=KEEPALIVE_SECS)
+        client.loop_start()
+
+    def _configure_security(self, client: paho.Client) -> None:
+        creds = self._config.credentials
+        if creds.ca_path is not None:
+            mutual = creds.cert_path is not None and creds.key_path is not None
+            context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=creds.ca_path)
+            # Fail closed: the broker's certificate and host name are always checked.
+            context.check_hostname = True
+            context.verify_mode = ssl.CERT_REQUIRED
+            if mutual:
+                context.load_cert_chain(creds.cert_path, creds.key_path)  # type: ignore[arg-type]
+            client.tls_set_context(context)
+            return
+        # username/password only ever go to a plaintext local broker.
+        if self._name != "local":
+            return
+        username = resolve_value(creds.username, self._secrets)
+        password = resolve_value(creds.password, self._secrets)
+        if username is not None:
+            client.username_pw_set(
+                username.reveal(), None if password is None else password.reveal()
+            )
+
+    def publish(self, topic: str, payload: bytes, qos: QoS) -> None:
+        """Sends now, or (QoS 1/2) queues for the next connection; QoS 0 is dropped when down."""
+        client = self._require_client()
+        info = client.publish(topic, payload, int(qos))
+        rc = info.rc
+        if rc == MQTTErrorCode.MQTT_ERR_QUEUE_SIZE:
+            raise PublishError(
+                f"messaging {self._name}: {MAX_QUEUED_MESSAGES} publishes already wait for the "
+                f"broker; {topic!r} was not queued"
+            )
+        if qos == QoS.AT_MOST_ONCE:
+            if rc == MQTTErrorCode.MQTT_ERR_NO_CONN:
+                self._dropped_qos0 += 1
+                _log.debug(
+                    "messaging %s: link down, QoS 0 publish to %r dropped", self._name, topic
+                )
+            return
+        if rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN):
+            raise PublishError(f"messaging {self._name}: publish to {topic!r} failed: {rc}")
+
+    def subscribe(self, topic_filter: str, qos: QoS) -> None:
+        """Subscribes now if connected; the filter is restored after every reconnect."""
+        client = self._require_client()
+        with self._lock:
+            self._filters[topic_filter] = qos
+            connected = self._connected
+        if connected:
+            client.subscribe(topic_filter, int(qos))
+
+    def unsubscribe(self, topic_filter: str) -> None:
+        """Forgets the filter and unsubscribes if connected."""
+        client = self._require_client()
+        with self._lock:
+            known = self._filters.pop(topic_filter, None) is not None
+            connected = self._connected
+        if known and connected:
+            client.unsubscribe(topic_filter)
+
+    def is_connected(self) -> bool:
+        """Whether the broker accepted our CONNECT and the link has not dropped since."""
+        return self._connected
+
+    @property
+    def filters(self) -> dict[str, QoS]:
+        """The filters this link keeps subscribed (a copy)."""
+        with self._lock:
+            return dict(self._filters)
+
+    def close(self, timeout: float) -> None:
+        """Waits up to `timeout` s for QoS 1/2 acknowledgements, then disconnects."""
+        client = self._client
+        if client is None or self._closed:
+            return
+        deadline = self._clock() + timeout
+        with self._lock:
+            self._closed = True
+            while (pending := _unacknowledged(client)) and self._connected:
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    break
+                # paho notifies before it forgets the message: re-check shortly after.
+                self._acked.wait(min(remaining, 0.05))
+        if pending:
+            _log.warning(
+                "messaging %s: closing with %d publishes unacknowledged", self._name, pending
+            )
+        client.disconnect()
+        client.loop_stop()
+
+    def _require_client(self) -> paho.Client:
+        if self._client is None:
+            raise MessagingError(f"messaging {self._name}: not started")
+        if self._closed:
+            raise MessagingError(f"messaging {self._name}: closed")
+        return self._client
+
+    # -- paho callbacks (network thread) ------------------------------------------------
+
+    def _handle_connect(
+        self, client: paho.Client, _u: Any, flags: Any, reason: Any, _p: Any
+    ) -> None:
+        if reason.is_failure:
+            _log.warning("messaging %s: broker refused the connection: %s", self._name, reason)
+            return
+        with self._lock:
+            self._connected = True
+            self._attempt = 0
+            filters = list(self._filters.items())
+        client.reconnect_delay_set(BACKOFF_BASE_SECS, BACKOFF_MAX_SECS)  # type: ignore[arg-type]
+        if filters:
+            client.subscribe([(f, int(q)) for f, q in filters])
+        _log.info(
+            "messaging %s: connected (session present: %s, %d filters restored)",
+            self._name,
+            flags.session_present,
+            len(filters),
+        )
+        if self._on_link is not None:
+            self._on_link(True)
+
+    def _handle_disconnect(
+        self, client: paho.Client, _u: Any, _flags: Any, reason: Any, _p: Any
+    ) -> None:
+        with self._lock:
+            was_connected, self._connected = self._connected, False
+        if self._closed:
+            return
+        delay = self._next_backoff(client)
+        _log.warning(
+            "messaging %s: link lost (%s); reconnecting in %.1f s", self._name, reason, delay
+        )
+        if was_connected and self._on_link is not None:
+            self._on_link(False)
+
+    def _handle_connect_fail(self, client: paho.Client, _u: Any) -> None:
+        delay = self._next_backoff(client)
+        _log.warning(
+            "messaging %s: cannot reach %s:%d; retrying in %.1f s",
+            self._name,
+            self._config.host,
+            self._config.port,
+            delay,
+        )
+
+    def _next_backoff(self, client: paho.Client) -> float:
+        with self._lock:
+            self._attempt += 1
+            window = min(BACKOFF_MAX_SECS, BACKOFF_BASE_SECS * 2 ** min(self._attempt, 16))
+        delay = random.uniform(BACKOFF_BASE_SECS, window)
+        # paho waits its minimum delay before the next attempt; we set it per attempt.
+        client.reconnect_delay_set(delay, BACKOFF_MAX_SECS)  # type: ignore[arg-type]
+        return delay
+
+    def _handle_publish(self, _c: paho.Client, _u: Any, _mid: int, _r: Any, _p: Any) -> None:
+        with self._lock:
+            self._acked.notify_all()
+
+    def _handle_message(self, _c: paho.Client, _u: Any, message: paho.MQTTMessage) -> None:
+        if self._on_message is not None:
+            self._on_message(message.topic, message.payload)
+
+
+def _unacknowledged(client: paho.Client) -> int:
+    # paho keeps QoS 1/2 messages in _out_messages until their acknowledgement (or while
+    # the link is down); it offers no public count of them.
+    return len(client._out_messages)
+
+
+def _set_nodelay(_client: paho.Client, _userdata: Any, sock: Any) -> None:
+    # Without TCP_NODELAY a QoS 1 exchange stalls on delayed ACKs (~40 ms per round trip).
+    # A unix socket or an exotic transport has nothing to tune.
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

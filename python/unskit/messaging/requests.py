@@ -1,0 +1,153 @@
+"""Request futures and the one timer thread that arms every request deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Generator
+from typing import Any
+
+from unskit.envelope import Message
+from unskit.errors import RequestTimeoutError
+
+__all__ = ["DeadlineTimer", "RequestFuture"]
+
+_log = logging.getLogger(__name__)
+
+
+class RequestFuture:
+    """The reply to one request: `get(timeout)` blocks, `await future` suspends."""
+
+    def __init__(
+        self, topic: str, reply_topic: str, correlation_id: str, deadline_secs: float | None
+    ) -> None:
+        self.topic = topic
+        self.reply_topic = reply_topic
+        self.correlation_id = correlation_id
+        self.deadline_secs = deadline_secs
+        self._future: concurrent.futures.Future[Message] = concurrent.futures.Future()
+
+    def get(self, timeout: float | None = None) -> Message:
+        """The reply; RequestTimeoutError at the request deadline or after `timeout` seconds,
+        whichever comes first (after `timeout` alone the request stays pending)."""
+        try:
+            return self._future.result(timeout)
+        except RequestTimeoutError:  # the deadline's own error (a TimeoutError too)
+            raise
+        except concurrent.futures.TimeoutError:
+            raise RequestTimeoutError(
+                f"no reply on {self.reply_topic!r} to the request on {self.topic!r} "
+                f"within the caller's {timeout} s wait"
+            ) from None
+
+    def done(self) -> bool:
+        """True once the request was answered, timed out or cancelled."""
+        return self._future.done()
+
+    def cancelled(self) -> bool:
+        """True when `cancel_request` settled it."""
+        return self._future.cancelled()
+
+    def add_done_callback(self, callback: Callable[[RequestFuture], Any]) -> None:
+        """Calls `callback(self)` once settled (at once if it already is)."""
+        self._future.add_done_callback(lambda _: callback(self))
+
+    def __await__(self) -> Generator[Any, None, Message]:
+        return asyncio.wrap_future(self._future).__await__()
+
+    def __repr__(self) -> str:
+        state = "done" if self.done() else "pending"
+        return f"RequestFuture(topic={self.topic!r}, reply_topic={self.reply_topic!r}, {state})"
+
+    # Settling is the client's job, through its one idempotent settle path.
+    def _resolve(self, reply: Message) -> bool:
+        if self._future.done():
+            return False
+        self._future.set_result(reply)
+        return True
+
+    def _fail(self, error: BaseException) -> bool:
+        if self._future.done():
+            return False
+        self._future.set_exception(error)
+        return True
+
+    def _cancel(self) -> bool:
+        return self._future.cancel()
+
+
+class DeadlineTimer:
+    """Runs callbacks at their deadlines on one daemon thread (a heap, one Condition wait)."""
+
+    def __init__(
+        self, name: str = "unskit-deadlines", clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._clock = clock
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        # Handles still due; a cancelled entry stays in the heap until popped or compacted.
+        self._live: set[int] = set()
+        self._seq = itertools.count()
+        self._wake = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def call_at(self, deadline: float, callback: Callable[[], None]) -> int:
+        """Schedules `callback` at monotonic time `deadline`; returns a handle for `cancel`."""
+        with self._wake:
+            handle = next(self._seq)
+            heapq.heappush(self._heap, (deadline, handle, callback))
+            self._live.add(handle)
+            if self._heap[0][1] == handle:
+                self._wake.notify()
+        return handle
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> int:
+        """Schedules `callback` after `delay` seconds."""
+        return self.call_at(self._clock() + delay, callback)
+
+    def cancel(self, handle: int) -> None:
+        """Forgets a scheduled callback; a no-op once it ran."""
+        with self._wake:
+            self._live.discard(handle)
+            if len(self._heap) > 2 * len(self._live) + 1024:
+                self._heap = [entry for entry in self._heap if entry[1] in self._live]
+                heapq.heapify(self._heap)
+
+    def __len__(self) -> int:
+        with self._wake:
+            return len(self._live)
+
+    def stop(self) -> None:
+        """Stops the thread; pending callbacks never run."""
+        with self._wake:
+            self._stopped = True
+            self._wake.notify()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while True:
+                    if self._stopped:
+                        return
+                    while self._heap and self._heap[0][1] not in self._live:
+                        heapq.heappop(self._heap)
+                    if not self._heap:
+                        self._wake.wait()
+                        continue
+                    delay = self._heap[0][0] - self._clock()
+                    if delay <= 0:
+                        _, handle, callback = heapq.heappop(self._heap)
+                        self._live.discard(handle)
+                        break
+                    self._wake.wait(delay)
+            try:
+                callback()
+            except Exception:  # a deadline callback must never kill the timer
+                _log.exception("deadline callback failed")

@@ -1,0 +1,59 @@
+"""The transport seam: what the messaging client needs from a broker link.
+
+The MQTT provider (`unskit.messaging.mqtt`) is one implementation; an edge-runtime IPC
+provider is another and supports QoS 0 and 1 only, refusing QoS 2 at its boundary.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Protocol
+
+__all__ = ["LinkCallback", "MessageCallback", "QoS", "Transport"]
+
+
+class QoS(enum.IntEnum):
+    """MQTT delivery guarantees."""
+
+    AT_MOST_ONCE = 0
+    AT_LEAST_ONCE = 1
+    EXACTLY_ONCE = 2
+
+
+# paho hands over bytes; other transports may hand over a bytearray.
+MessageCallback = Callable[[str, bytes | bytearray], None]
+LinkCallback = Callable[[bool], None]
+
+
+class Transport(Protocol):
+    """One broker link: publish and subscribe raw payloads, report link changes."""
+
+    @property
+    def name(self) -> str:
+        """A label for logs and errors, e.g. ``local`` or ``northbound``."""
+        ...
+
+    def start(self, on_message: MessageCallback, on_link: LinkCallback) -> None:
+        """Connects in the background; callbacks run on the transport's own thread."""
+        ...
+
+    def publish(self, topic: str, payload: bytes, qos: QoS) -> None:
+        """Sends one payload; raises when it cannot be sent or queued."""
+        ...
+
+    def subscribe(self, topic_filter: str, qos: QoS) -> None:
+        """Adds a filter, kept across reconnects until unsubscribed."""
+        ...
+
+    def unsubscribe(self, topic_filter: str) -> None:
+        """Removes a filter."""
+        ...
+
+    def is_connected(self) -> bool:
+        """Whether the link is up now."""
+        ...
+
+    def close(self, timeout: float) -> None:
+        """Waits up to `timeout` seconds for unacknowledged publishes, then disconnects."""
+        ...

@@ -1,0 +1,207 @@
+"""Broker restarts, request storms, slow handlers, concurrency caps, the transport seam."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tests.messaging.conftest import broker_config
+from tests.messaging.test_client import Inbox, broker_has_subscriber, reading
+from tests.support.mosquitto import Mosquitto
+from tests.support.servers import wait_until
+from unskit import Message, MessageBuilder
+from unskit.config.model import MessagingConfig
+from unskit.errors import UnsupportedQosError
+from unskit.messaging import MessagingClient, QoS
+from unskit.messaging.transport import LinkCallback, MessageCallback
+
+
+@pytest.fixture
+def own_broker(tmp_path, pki):
+    mosquitto = Mosquitto(tmp_path / "mosquitto", pki).start()
+    yield mosquitto
+    mosquitto.stop()
+
+
+def test_broker_restart_reconnects_restores_subscriptions_and_delivers_queued(
+    own_broker, make_client, topic_root
+):
+    subscriber = make_client(broker_config(own_broker.plain_port, client_id="restart-sub"))
+    publisher = make_client(broker_config(own_broker.plain_port, client_id="restart-pub"))
+    inbox = Inbox()
+    subscriber.subscribe(f"{topic_root}/#", inbox)
+    inbox.prime(publisher, f"{topic_root}/probe")
+    before = reading("before")
+    publisher.publish(f"{topic_root}/gw/c/data/x", before)
+    inbox.wait_for(1)
+
+    own_broker.stop()
+    wait_until(lambda: not subscriber.connected(), 10, "the subscriber to see the outage")
+    wait_until(lambda: not publisher.connected(), 10, "the publisher to see the outage")
+    during = [reading(f"during-{i}") for i in range(20)]
+    for message in during:  # QoS 1: held by the client while the broker is down
+        publisher.publish(f"{topic_root}/gw/c/data/x", message, QoS.AT_LEAST_ONCE)
+    own_broker.start()
+
+    wait_until(subscriber.connected, 60, "the subscriber to reconnect")
+    wait_until(publisher.connected, 60, "the publisher to reconnect")
+    got = [m for _, m in inbox.wait_for(21, timeout=30)]
+    assert got[0] == before
+    assert sorted(m.header.uuid for m in got[1:]) == sorted(m.header.uuid for m in during)
+    # The restored subscription keeps working for new traffic too.
+    after = reading("after")
+    publisher.publish(f"{topic_root}/gw/c/data/x", after)
+    assert inbox.wait_for(22)[-1][1] == after
+
+
+def test_ten_thousand_concurrent_requests_leave_nothing_behind(broker, make_client, topic_root):
+    responder = make_client(broker_config(broker.plain_port))
+    requester = make_client(broker_config(broker.plain_port))
+    topic = f"{topic_root}/gw/c/cmd/sb/echo"
+
+    def echo(_topic: str, request: Message) -> None:
+        responder.reply(request, MessageBuilder("echo", "1").body(request.body).build())
+
+    responder.subscribe(topic, echo, max_concurrency=8)
+    wait_until(lambda: broker_has_subscriber(requester, topic), 10, "the responder")
+    transport = requester._local.transport
+    filters_before = dict(transport.filters)
+    futures = [requester.request(topic, reading(i), timeout_secs=120) for i in range(10_000)]
+    replies = [f.get(120) for f in futures]
+    assert [r.body for r in replies] == [{"value": i} for i in range(10_000)]
+    assert requester.pending_requests() == 0
+    assert transport.filters == filters_before
+    assert len(requester._timer) == 0
+
+
+def test_slow_handler_drops_beyond_max_messages_and_never_blocks_the_network_thread(
+    broker, make_client, topic_root
+):
+    client = make_client(broker_config(broker.plain_port))
+    release = threading.Event()
+    slow_calls: list[str] = []
+
+    def slow(topic: str, _message: Message) -> None:
+        slow_calls.append(topic)
+        release.wait(30)
+
+    fast = Inbox()
+    client.subscribe(f"{topic_root}/slow/#", slow, max_concurrency=1, max_messages=100)
+    client.subscribe(f"{topic_root}/fast/#", fast)
+    for i in range(1000):
+        client.publish(f"{topic_root}/slow/x", reading(i), QoS.AT_MOST_ONCE)
+    # The network thread kept going: a message on another subscription arrives meanwhile.
+    client.publish(f"{topic_root}/fast/x", reading("fast"))
+    assert fast.wait_for(1)[0][1].body == {"value": "fast"}
+    wait_until(lambda: client.stats().received >= 1001, 30, "every message to reach the client")
+    dropped = client.stats().dropped[f"{topic_root}/slow/#"]
+    # One message in the handler, at most 100 queued: the rest were dropped and counted.
+    assert dropped >= 1000 - 101
+    assert len(slow_calls) == 1
+    release.set()
+    wait_until(lambda: len(slow_calls) == 1000 - dropped, 30, "the queue to drain")
+
+
+@pytest.mark.parametrize(("cap", "expected"), [(1, 1), (3, 3), (0, 10), (None, 10)])
+def test_max_concurrency_bounds_concurrent_handler_calls(
+    broker, make_client, topic_root, cap, expected
+):
+    client = make_client(broker_config(broker.plain_port))
+    lock = threading.Lock()
+    running = 0
+    peak = 0
+    entered = threading.Semaphore(0)
+    release = threading.Event()
+
+    def handler(_topic: str, _message: Message) -> None:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        entered.release()
+        release.wait(30)
+        with lock:
+            running -= 1
+
+    client.subscribe(f"{topic_root}/#", handler, max_concurrency=cap)
+    for i in range(10):
+        client.publish(f"{topic_root}/x", reading(i))
+    for _ in range(expected):
+        assert entered.acquire(timeout=10)
+    # No further handler may start while the first `expected` are held.
+    assert not entered.acquire(timeout=0.3)
+    assert peak == expected
+    release.set()
+
+
+class FakeIpc:
+    """An edge-runtime IPC transport stand-in behind the seam: QoS 0 and 1 only."""
+
+    name = "ipc"
+
+    def __init__(self) -> None:
+        self.published: list[tuple[str, bytes, QoS]] = []
+        self.on_message: MessageCallback | None = None
+
+    def start(self, on_message: MessageCallback, on_link: LinkCallback) -> None:
+        self.on_message = on_message
+        on_link(True)
+
+    def _check(self, qos: QoS) -> None:
+        if qos > QoS.AT_LEAST_ONCE:
+            raise UnsupportedQosError(f"the IPC bus carries QoS 0 and 1, not {int(qos)}")
+
+    def publish(self, topic: str, payload: bytes, qos: QoS) -> None:
+        self._check(qos)
+        self.published.append((topic, payload, qos))
+        if self.on_message is not None:
+            self.on_message(topic, payload)
+
+    def subscribe(self, topic_filter: str, qos: QoS) -> None:
+        self._check(qos)
+
+    def unsubscribe(self, topic_filter: str) -> None:
+        pass
+
+    def is_connected(self) -> bool:
+        return True
+
+    def close(self, timeout: float) -> None:
+        pass
+
+
+def test_the_transport_seam_takes_an_ipc_provider_and_qos_2_fails_at_its_boundary():
+    ipc = FakeIpc()
+    client = MessagingClient(MessagingConfig(local=None), local=ipc).start()
+    try:
+        inbox = Inbox()
+        client.subscribe("uns/#", inbox)
+        client.publish("uns/gw/c/data/x", reading(1), QoS.AT_LEAST_ONCE)
+        assert inbox.wait_for(1)[0][1].body == {"value": 1}
+        with pytest.raises(UnsupportedQosError, match="QoS 0 and 1"):
+            client.publish("uns/gw/c/data/x", reading(2), QoS.EXACTLY_ONCE)
+        assert len(ipc.published) == 1
+        assert client.connected()
+    finally:
+        client.close()
+
+
+def test_no_local_broker_and_no_ipc_transport_is_an_error():
+    from unskit.errors import MessagingError
+
+    with pytest.raises(MessagingError, match=r"messaging\.local is not configured"):
+        MessagingClient(MessagingConfig(local=None))
+
+
+def test_close_fails_pending_requests_and_is_idempotent(broker, make_client, topic_root):
+    from unskit.errors import MessagingError
+
+    client = make_client(broker_config(broker.plain_port))
+    future = client.request(f"{topic_root}/nobody", reading(), timeout_secs=0)
+    client.close(2)
+    client.close(2)
+    with pytest.raises(MessagingError, match="closed"):
+        future.get(1)
+    with pytest.raises(MessagingError, match="closed"):
+        client.publish(f"{topic_root}/x", reading())

@@ -1,0 +1,55 @@
+"""The embedded broker: a real amqtt broker our messaging client talks to."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+from tests.support.servers import free_port, wait_until
+
+from unskit import MessageBuilder
+from unskit.config.model import BrokerConfig, MessagingConfig
+from unskit.errors import MessagingError
+from unskit.messaging import MessagingClient
+from unskit.runtime.embedded_broker import EmbeddedBroker
+
+
+def test_messaging_round_trip_through_the_embedded_broker():
+    broker = EmbeddedBroker(free_port()).start()
+    client = MessagingClient(
+        MessagingConfig(local=BrokerConfig(host="127.0.0.1", port=broker.port, client_id="e1"))
+    ).start()
+    try:
+        wait_until(client.connected, 10, "a connection to the embedded broker")
+        got = threading.Event()
+        client.subscribe("uns/#", lambda _t, m: got.set())
+        message = MessageBuilder("r", "1").body({"a": 1}).build()
+        wait_until(
+            lambda: client.publish("uns/gw/c/data/x", message) or got.is_set(),
+            10,
+            "the message to come back",
+            interval=0.05,
+        )
+    finally:
+        client.close(2)
+        broker.stop()
+    assert not broker.running
+    broker.stop()  # idempotent
+
+
+def test_port_in_use_is_a_clear_error():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(MessagingError, match=f"cannot listen on 127.0.0.1:{port}"):
+            EmbeddedBroker(port).start()
+
+
+def test_restart_on_the_same_port():
+    port = free_port()
+    EmbeddedBroker(port).start().stop()
+    broker = EmbeddedBroker(port).start()
+    assert broker.running
+    broker.stop()

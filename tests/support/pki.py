@@ -1,0 +1,118 @@
+"""A throwaway PKI for TLS tests: a CA, a server certificate for localhost/127.0.0.1 and a
+client certificate, written as PEM files."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+    other_ca: Path  # a CA nobody here trusts
+
+
+def _name(cn: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+
+
+def _ca(cn: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn))
+        .issuer_name(_name(cn))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+            critical=True,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    return key, cert
+
+
+def _leaf(
+    cn: str,
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate,
+    usage: x509.ObjectIdentifier,
+    san: list[x509.GeneralName] | None = None,
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    )
+    if san:
+        builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
+    return key, builder.sign(ca_key, hashes.SHA256())
+
+
+def make_pki(folder: Path) -> Pki:
+    """Writes the PKI into `folder` and returns the file paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ca_key, ca_cert = _ca("unskit test CA")
+    server_key, server_cert = _leaf(
+        "localhost",
+        ca_key,
+        ca_cert,
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+    )
+    client_key, client_cert = _leaf(
+        "edge-device-1", ca_key, ca_cert, ExtendedKeyUsageOID.CLIENT_AUTH
+    )
+    _, other_cert = _ca("somebody else's CA")
+    pem = serialization.Encoding.PEM
+    paths = Pki(
+        ca=folder / "ca.crt",
+        server_cert=folder / "server.crt",
+        server_key=folder / "server.key",
+        client_cert=folder / "client.crt",
+        client_key=folder / "client.key",
+        other_ca=folder / "other-ca.crt",
+    )
+    paths.ca.write_bytes(ca_cert.public_bytes(pem))
+    paths.server_cert.write_bytes(server_cert.public_bytes(pem))
+    paths.client_cert.write_bytes(client_cert.public_bytes(pem))
+    paths.other_ca.write_bytes(other_cert.public_bytes(pem))
+    _write_key(server_key, paths.server_key)
+    _write_key(client_key, paths.client_key)
+    return paths

@@ -1,0 +1,48 @@
+"""Starting real servers for tests: free loopback ports, readiness by polling with a deadline."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from collections.abc import Callable
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(
+    condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.01
+) -> None:
+    """Polls `condition` until it holds; AssertionError naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    """A TCP connect that sends nothing (binary servers log junk on a stray newline)."""
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def require_binary(name: str) -> str:
+    """The path of an installed server binary; in CI its absence fails the test run."""
+    path = shutil.which(name) or next(
+        (p for p in (f"/usr/sbin/{name}", f"/usr/bin/{name}") if os.access(p, os.X_OK)), None
+    )
+    if path is None:
+        raise RuntimeError(
+            f"{name} is not installed: run `make test` (scripts/install-system-deps)"
+        )
+    return path
