@@ -95,19 +95,24 @@ def _ms(text: str) -> float:
     return float(value) * _UNIT_MS[unit]
 
 
-def run_wrk(port: int) -> WrkRun:
+def run_wrk(
+    port: int,
+    threads: int = WRK_THREADS,
+    connections: int = WRK_CONNECTIONS,
+    seconds: int = WRK_SECONDS,
+) -> WrkRun:
     out = subprocess.run(
         [
             "wrk",
-            f"-t{WRK_THREADS}",
-            f"-c{WRK_CONNECTIONS}",
-            f"-d{WRK_SECONDS}s",
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{seconds}s",
             "--latency",
             f"http://{HOST}:{port}/readyz",
         ],
         capture_output=True,
         text=True,
-        timeout=WRK_SECONDS + 60,
+        timeout=seconds + 60,
         check=True,
     ).stdout
     rps = re.search(r"^Requests/sec:\s+([\d.]+)", out, re.M)

@@ -12,18 +12,16 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import paho.mqtt.client as paho
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
-from tests.support.mosquitto import Mosquitto
-from tests.support.pki import make_pki
 from tests.support.servers import wait_until
 
+from benches.conftest import connected_client
 from unskit import Message, MessageBuilder
-from unskit.config.model import BrokerConfig, MessagingConfig
 from unskit.messaging import MessagingClient, QoS
 
 COUNT = {0: 20_000, 1: 10_000}
@@ -31,19 +29,8 @@ ROUND_TRIPS = 2_000
 BODY = {"temperature": 21.5, "pressure": 101325, "running": True, "mode": "auto", "cycle": 1}
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mosquitto]:
-    folder = tmp_path_factory.mktemp("bench-mqtt")
-    mosquitto = Mosquitto(folder / "broker", make_pki(folder / "pki")).start()
-    yield mosquitto
-    mosquitto.stop()
-
-
 def _ours(port: int) -> MessagingClient:
-    config = BrokerConfig(host="127.0.0.1", port=port, client_id=f"bench-{uuid.uuid4().hex[:8]}")
-    client = MessagingClient(MessagingConfig(local=config)).start()
-    wait_until(client.connected, 10, "our client")
-    return client
+    return connected_client(port)
 
 
 def _paho(port: int, on_message: Callable[..., None] | None = None) -> paho.Client:

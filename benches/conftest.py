@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.mosquitto import Mosquitto
+from tests.support.pki import make_pki
+
+from unskit.config.model import BrokerConfig, MessagingConfig
+from unskit.messaging import MessagingClient
 
 RESULTS = Path(__file__).with_name("results.json")
 
@@ -45,3 +51,20 @@ def record_ratio(
 def ratio() -> Callable[..., dict[str, Any]]:
     """The `record_ratio` function, for benches that measure outside pytest-benchmark."""
     return record_ratio
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mosquitto]:
+    """A real Mosquitto on free loopback ports (TCP_NODELAY on), one per bench module."""
+    folder = tmp_path_factory.mktemp("bench-mqtt")
+    mosquitto = Mosquitto(folder / "broker", make_pki(folder / "pki")).start()
+    yield mosquitto
+    mosquitto.stop()
+
+
+def connected_client(port: int) -> MessagingClient:
+    """Our messaging client on 127.0.0.1:`port`, connected."""
+    config = BrokerConfig(host="127.0.0.1", port=port, client_id=f"bench-{uuid.uuid4().hex[:8]}")
+    client = MessagingClient(MessagingConfig(local=config)).start()
+    assert client.wait_connected(10), "our client did not connect"
+    return client

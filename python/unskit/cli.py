@@ -20,6 +20,8 @@ from unskit.config.secrets import SecretRef
 from unskit.config.vault import DEFAULT_KEY_ENV, Vault, VaultKey
 from unskit.envelope import Identity, Message, MessageBuilder
 from unskit.errors import ConfigError, ConfigIssue, SecretError
+from unskit.messaging.tools import add_tool_parsers
+from unskit.runtime.component import run_component
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -246,7 +248,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     validate.set_defaults(run=_validate)
 
+    run = commands.add_parser(
+        "run",
+        help="run a component: unskit run NAME -c FILE -t THING [--broker HOST:PORT]",
+        add_help=False,
+    )
+    run.add_argument("component", metavar="NAME")
+    run.add_argument("options", nargs=argparse.REMAINDER)
+    run.set_defaults(run=lambda a: run_component(a.component, a.options))
+
     _add_vault_parser(commands)
+    add_tool_parsers(commands)
     args = parser.parse_args(argv)
     code: int = args.run(args)
     return code

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
+from types import MappingProxyType
 
 import pytest
 
 from unskit import Identity, MessageBuilder
 from unskit.config import ComponentConfig, Platform, Secret, SecretRef, resolve_config
-from unskit.config.model import parse_size
+from unskit.config.model import (
+    HealthConfig,
+    LoggingConfig,
+    MetricEmissionConfig,
+    MetricTarget,
+    log_level,
+    parse_size,
+)
 from unskit.envelope import EnvelopeStamp
+from unskit.errors import ConfigError
 
 from .documents import DELETE, THING, TOKEN, patched
 
@@ -47,13 +57,13 @@ def test_minimal_document_gets_every_default() -> None:
     assert messaging.local.embedded is False
     assert config.credentials is None
     assert config.metric_emission.enabled is True
-    assert config.metric_emission.target == "log"
+    assert config.metric_emission.target is MetricTarget.LOG
     assert config.metric_emission.destination == "local"
     assert config.metric_emission.interval_seconds == 60.0
+    assert config.metric_emission == MetricEmissionConfig()
     assert config.heartbeat.enabled is True
     assert config.heartbeat.interval_seconds == 60.0
     assert config.logging.level == "INFO"
-    assert config.logging.python_format is None
     assert config.logging.format == "%(asctime)s [%(levelname)s] %(name)s: %(message)s"
     assert config.logging.json is False
     assert dict(config.logging.loggers) == {}
@@ -61,12 +71,15 @@ def test_minimal_document_gets_every_default() -> None:
     assert (files.enabled, files.file_path, files.max_file_size, files.backup_count) == (
         False,
         None,
-        "10MB",
+        10 * 1024**2,
         5,
     )
     assert config.logging.global_control is False
+    assert config.logging == LoggingConfig()
     health = config.health
-    assert (health.enabled, health.enabled_explicit, health.port) == (False, False, 8081)
+    assert (health.enabled, health.enabled_explicitly_set, health.port) == (None, False, 8081)
+    assert config.health_enabled is False
+    assert health == HealthConfig()
     assert (health.liveness_path, health.readiness_path, health.startup_path) == (
         "/livez",
         "/readyz",
@@ -158,8 +171,9 @@ def test_health_enablement_follows_explicit_then_platform(
     platform: Platform, section: dict, enabled: bool, explicit: bool
 ) -> None:
     config = _config(patched({"health": section}), platform)
-    assert config.health.enabled is enabled
-    assert config.health.enabled_explicit is explicit
+    assert config.health_enabled is enabled
+    assert config.health.enabled_for(config.platform) is enabled
+    assert config.health.enabled_explicitly_set is explicit
 
 
 def test_health_keys_are_read() -> None:
@@ -218,10 +232,13 @@ def test_logging_keys_are_read_and_levels_normalised() -> None:
         )
     ).logging
     assert logging_config.level == "DEBUG"
+    assert log_level(logging_config.level) == logging.DEBUG
     assert dict(logging_config.loggers) == {"paho.mqtt": "WARN"}
+    assert log_level(logging_config.loggers["paho.mqtt"]) == logging.WARNING
+    assert isinstance(logging_config.loggers, MappingProxyType)
     assert logging_config.file_logging.enabled is True
     assert logging_config.file_logging.file_path == "/var/log/c.log"
-    assert logging_config.file_logging.max_file_size_bytes == 512 * 1024
+    assert logging_config.file_logging.max_file_size == 512 * 1024
     assert logging_config.file_logging.backup_count == 2
     assert logging_config.global_control is True
 
@@ -237,6 +254,8 @@ def test_logging_keys_are_read_and_levels_normalised() -> None:
         ("1.5MB", 3 * 512 * 1024),
         ("10MiB", 10 * 1024**2),
         ("2M", 2 * 1024**2),
+        ("0", 0),
+        (4096, 4096),
     ],
 )
 def test_parse_size(text: str, size: int) -> None:
@@ -307,7 +326,7 @@ def test_edge_runtime_without_local_broker_uses_ipc() -> None:
     assert config.messaging.ipc is True
 
 
-def test_metric_emission_keeps_target_specific_keys() -> None:
+def test_metric_emission_reads_every_target_option() -> None:
     metrics = _config(
         patched(
             {
@@ -315,14 +334,54 @@ def test_metric_emission_keeps_target_specific_keys() -> None:
                     "enabled": False,
                     "target": "messaging",
                     "intervalSeconds": 15,
-                    "targetConfig": {"destination": "cloud", "namespace": "plant"},
+                    "targetConfig": {
+                        "destination": "cloud",
+                        "namespace": "plant",
+                        "host": "127.0.0.1",
+                        "port": 9100,
+                        "path": "/m",
+                    },
                 }
             }
         )
     ).metric_emission
     assert (metrics.enabled, metrics.target, metrics.interval_seconds) == (False, "messaging", 15.0)
+    assert metrics.target is MetricTarget.MESSAGING
+    assert isinstance(metrics.interval_seconds, float)
     assert metrics.destination == "cloud"
-    assert dict(metrics.target_config) == {"namespace": "plant"}
+    assert metrics.namespace == "plant"
+    assert (metrics.host, metrics.port, metrics.path) == ("127.0.0.1", 9100, "/m")
+
+
+def test_metric_emission_defaults_apply_to_target_options() -> None:
+    metrics = _config(patched({"metricEmission": {"target": "scrape"}})).metric_emission
+    assert metrics.target is MetricTarget.SCRAPE
+    assert (metrics.host, metrics.port, metrics.path) == ("0.0.0.0", 9464, "/metrics")
+    assert metrics.namespace == "unskit"
+
+
+def test_sections_are_built_by_their_one_parser() -> None:
+    document = patched(
+        {
+            "health": {"enabled": True, "port": 0},
+            "logging": {"level": "warn", "fileLogging": {"maxFileSize": "1KB"}},
+            "metricEmission": {"target": "cloudmon", "targetConfig": {"namespace": "ns"}},
+        }
+    )
+    config = _config(document, Platform.CLUSTER)
+    assert config.health == HealthConfig.from_section(document["health"])
+    assert config.logging == LoggingConfig.from_section(document["logging"], Platform.CLUSTER)
+    assert config.metric_emission == MetricEmissionConfig.from_section(document["metricEmission"])
+
+
+def test_a_schema_valid_value_a_section_refuses_is_a_config_error() -> None:
+    # The schema admits backupCount 0; the rotating file would then grow without bound.
+    document = patched({"logging": {"fileLogging": {"backupCount": 0}}})
+    with pytest.raises(ConfigError) as caught:
+        _config(document)
+    [issue] = caught.value.issues
+    assert issue.path == "$.logging.fileLogging.backupCount"
+    assert "at least 1" in issue.message
 
 
 def test_heartbeat_and_credentials_sections() -> None:
@@ -338,6 +397,14 @@ def test_heartbeat_and_credentials_sections() -> None:
     assert config.credentials is not None
     assert (config.credentials.vault_path, config.credentials.key_file) == ("/v.json", None)
     assert config.credentials.key_env == "MY_KEY"
+
+
+def test_identity_values_and_tags_are_read_only_mappings() -> None:
+    config = _config(patched({}))
+    for mapping in (config.identity_values, config.tags):
+        assert isinstance(mapping, MappingProxyType)
+        with pytest.raises(TypeError):
+            mapping["x"] = "y"  # type: ignore[index]
 
 
 def test_equal_documents_give_equal_configs() -> None:

@@ -175,7 +175,7 @@ def test_platform_detected_from_environment(tmp_path: Path) -> None:
     loader = ConfigLoader(tmp_path, thing=THING, environ={"KUBERNETES_SERVICE_HOST": "10.0.0.1"})
     assert loader.platform is Platform.CLUSTER
     assert isinstance(loader.source, MountedDirSource)
-    assert loader.load().health.enabled is True
+    assert loader.load().health_enabled is True
 
 
 def test_unknown_platform_is_a_config_error() -> None:

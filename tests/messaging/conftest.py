@@ -7,25 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.mosquitto import Mosquitto
-from tests.support.pki import Pki, make_pki
 from tests.support.servers import wait_until
 from unskit.config.model import BrokerConfig, BrokerCredentials, MessagingConfig, QosConfig
 from unskit.messaging import MessagingClient
 
 _ids = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Mosquitto]:
-    mosquitto = Mosquitto(tmp_path_factory.mktemp("mosquitto"), pki).start()
-    yield mosquitto
-    mosquitto.stop()
 
 
 def broker_config(

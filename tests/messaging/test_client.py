@@ -100,18 +100,22 @@ def test_reserved_topics_are_refused_for_publish_request_and_reply(broker, make_
     assert client.pending_requests() == 0
 
 
+def start_echo_responder(responder, requester, topic: str) -> None:
+    """`responder` answers requests on `topic` with their body; returns once `requester`
+    got an answer (a request to a topic nobody subscribed yet would just time out)."""
+
+    def echo(_topic: str, request: Message) -> None:
+        responder.reply(request, MessageBuilder("EchoReply", "1").body(request.body).build())
+
+    responder.subscribe(topic, echo)
+    wait_until(lambda: broker_has_subscriber(requester, topic), 10, "the responder")
+
+
 def test_request_reply_copies_the_correlation_id(broker, make_client, topic_root):
     responder = make_client(broker_config(broker.plain_port))
     requester = make_client(broker_config(broker.plain_port))
     topic = f"{topic_root}/gw/c/cmd/sb/echo"
-
-    def echo(_topic: str, request: Message) -> None:
-        responder.reply(request, MessageBuilder("echo-reply", "1").body(request.body).build())
-
-    # The responder's SUBSCRIBE is acknowledged before the request is published: a
-    # request to a topic nobody subscribed yet would just time out.
-    responder.subscribe(topic, echo)
-    wait_until(lambda: broker_has_subscriber(requester, topic), 10, "the responder")
+    start_echo_responder(responder, requester, topic)
     request = reading(42)
     future = requester.request(topic, request, timeout_secs=10)
     assert future.reply_topic.startswith(REPLY_TOPIC_PREFIX)

@@ -205,3 +205,26 @@ def test_close_fails_pending_requests_and_is_idempotent(broker, make_client, top
         future.get(1)
     with pytest.raises(MessagingError, match="closed"):
         client.publish(f"{topic_root}/x", reading())
+
+
+def test_close_waits_for_handlers_of_an_unsubscribed_filter(broker, make_client, topic_root):
+    client = make_client(broker_config(broker.plain_port))
+    entered, release = threading.Event(), threading.Event()
+    finished: list[str] = []
+
+    def handler(topic: str, _message: Message) -> None:
+        entered.set()
+        release.wait(10)
+        finished.append(topic)
+
+    client.subscribe(f"{topic_root}/#", handler)
+    client.publish(f"{topic_root}/x", reading())
+    assert entered.wait(10)
+    client.unsubscribe(f"{topic_root}/#")
+    closer = threading.Thread(target=client.close, args=(10,))
+    closer.start()
+    closer.join(0.2)
+    assert closer.is_alive(), "close() must wait for the in-flight handler"
+    release.set()
+    closer.join(10)
+    assert finished == [f"{topic_root}/x"]

@@ -640,3 +640,11 @@ def test_accepted_connections_disable_nagle(make_server):
         assert sockets[0].getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
     finally:
         conn.close()
+
+
+def test_the_runtime_names_are_the_config_model_ones():
+    from unskit.config import model
+
+    assert health.HealthConfig is model.HealthConfig
+    assert health.profile_health_enabled is model.profile_health_enabled
+    assert health.DEFAULT_HEALTH_PORT == model.DEFAULT_HEALTH_PORT == 8081

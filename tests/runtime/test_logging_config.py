@@ -10,13 +10,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from unskit.config.model import DEFAULT_PYTHON_FORMAT, LoggingConfig, parse_size
 from unskit.config.platform import Platform
-from unskit.runtime.logging_config import (
-    DEFAULT_PYTHON_FORMAT,
-    configure_logging,
-    parse_logging_config,
-    parse_size,
-)
+from unskit.runtime.logging_config import configure_logging
 
 DEFAULT_TEXT_LINE = re.compile(
     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \[WARNING\] unskit\.test\.prec: hello"
@@ -84,7 +80,7 @@ def test_format_precedence(config, platform, expected, capsys):
 
 
 def test_default_format_is_the_spec_default():
-    assert parse_logging_config(None).format == DEFAULT_PYTHON_FORMAT
+    assert LoggingConfig.from_section(None).format == DEFAULT_PYTHON_FORMAT
     assert DEFAULT_PYTHON_FORMAT == "%(asctime)s [%(levelname)s] %(name)s: %(message)s"
 
 
@@ -237,6 +233,7 @@ def test_reconfigure_resets_a_logger_dropped_from_the_map():
         ({"python_format": ""}, "logging.python_format"),
         ({"fileLogging": {"maxFileSize": "10XB"}}, "logging.fileLogging.maxFileSize"),
         ({"fileLogging": {"maxFileSize": "0MB"}}, "logging.fileLogging.maxFileSize"),
+        ({"fileLogging": {"maxFileSize": "0"}}, "logging.fileLogging.maxFileSize"),
         ({"fileLogging": {"backupCount": 0}}, "logging.fileLogging.backupCount"),
         ({"fileLogging": {"backupCount": "5"}}, "logging.fileLogging.backupCount"),
         ({"fileLogging": {"enabled": "yes"}}, "logging.fileLogging.enabled"),
@@ -272,13 +269,15 @@ def test_invalid_configuration_keeps_the_previous_setup(capsys):
         ("2KiB", 2048),
         ("1.5MB", 1536 * 1024),
         (2048, 2048),
+        # A size of 0 parses; fileLogging refuses it (see test_invalid_values_raise_naming_the_key).
+        ("0", 0),
     ],
 )
 def test_parse_size(text, size):
     assert parse_size(text) == size
 
 
-@pytest.mark.parametrize("text", ["10XB", "", "MB", "-1MB", "0", "1 0MB", True, None, 1.5])
+@pytest.mark.parametrize("text", ["10XB", "", "MB", "-1MB", -1, "1 0MB", True, None, 1.5])
 def test_parse_size_rejects(text):
     with pytest.raises(ValueError, match=r"logging\.fileLogging\.maxFileSize"):
         parse_size(text)
@@ -313,8 +312,10 @@ def test_file_logging_rotates(tmp_path):
 
 
 def test_file_logging_defaults():
-    settings = parse_logging_config({"fileLogging": {"enabled": True, "filePath": "/x/y.log"}})
-    assert settings.file_logging.max_bytes == 10 * 1024 * 1024
+    settings = LoggingConfig.from_section(
+        {"fileLogging": {"enabled": True, "filePath": "/x/y.log"}}
+    )
+    assert settings.file_logging.max_file_size == 10 * 1024 * 1024
     assert settings.file_logging.backup_count == 5
 
 
@@ -371,6 +372,45 @@ def test_reconfigure_closes_the_previous_file_handler(tmp_path):
 @pytest.mark.parametrize("value", [True, False])
 def test_global_control_is_parsed_and_ignored(value, capsys):
     configure_logging({"globalControl": value, "python_format": "json"})
-    assert parse_logging_config({"globalControl": value}).global_control is value
+    assert LoggingConfig.from_section({"globalControl": value}).global_control is value
     logging.getLogger("unskit.test.global").info("same behaviour")
     assert json_lines(capsys.readouterr().out)[0]["message"] == "same behaviour"
+
+
+def test_a_logging_config_object_is_applied_as_built(capsys):
+    # Built for CLUSTER, so JSON, whatever platform (if any) the call names.
+    config = LoggingConfig.from_section(
+        {"level": "warn", "loggers": {"chatty": "trace"}}, Platform.CLUSTER
+    )
+    configure_logging(config, Platform.HOST)
+    assert logging.getLogger().level == logging.WARNING
+    assert logging.getLogger("chatty").level == logging.DEBUG
+    logging.getLogger("unskit.test.object").warning("as built")
+    [line] = json_lines(capsys.readouterr().out)
+    assert line["message"] == "as built"
+    configure_logging(LoggingConfig())
+    assert logging.getLogger("chatty").level == logging.NOTSET
+
+
+def test_a_raw_section_and_its_config_object_configure_alike():
+    section = {"level": "ERROR", "loggers": {"unskit.test.alike": "FATAL"}}
+    configure_logging(section, Platform.HOST)
+    from_section = (logging.getLogger().level, logging.getLogger("unskit.test.alike").level)
+    configure_logging({})
+    configure_logging(LoggingConfig.from_section(section, Platform.HOST))
+    from_object = (logging.getLogger().level, logging.getLogger("unskit.test.alike").level)
+    assert from_section == from_object == (logging.ERROR, logging.CRITICAL)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"level": "LOUD"}, "logging.level"),
+        ({"format": "{message}"}, "logging.python_format"),
+        ({"loggers": {"x": "LOUD"}}, "logging.loggers.x"),
+        ({"global_control": 1}, "logging.globalControl"),
+    ],
+)
+def test_a_logging_config_built_directly_is_checked_too(kwargs, key):
+    with pytest.raises(ValueError, match=re.escape(key)):
+        LoggingConfig(**kwargs)

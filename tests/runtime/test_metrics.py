@@ -30,7 +30,6 @@ from unskit.runtime.metrics import (
     MetricTarget,
     ScrapeEmitter,
     create_emitter,
-    parse_metric_emission,
     render_prometheus,
 )
 
@@ -534,7 +533,9 @@ def test_messaging_publish_failure_does_not_stop_other_families(caplog):
 def test_destination_selects_the_publisher(destination, chosen):
     publishers = [RecordingPublisher(), RecordingPublisher()]
     target_config = {} if destination is None else {"destination": destination}
-    config = parse_metric_emission({"target": "messaging", "targetConfig": target_config})
+    config = MetricEmissionConfig.from_section(
+        {"target": "messaging", "targetConfig": target_config}
+    )
     registry = MetricsRegistry()
     registry.gauge(FAMILY, "connected").set(1)
     emitter = create_emitter(
@@ -550,7 +551,7 @@ def test_destination_selects_the_publisher(destination, chosen):
 
 
 def test_missing_destination_publisher_is_refused():
-    config = parse_metric_emission(
+    config = MetricEmissionConfig.from_section(
         {"target": "messaging", "targetConfig": {"destination": "cloud"}}
     )
     with pytest.raises(ValueError, match=r"metricEmission\.targetConfig\.destination"):
@@ -566,8 +567,8 @@ def test_missing_destination_publisher_is_refused():
 
 
 def test_metric_emission_defaults():
-    assert parse_metric_emission(None) == MetricEmissionConfig()
-    config = parse_metric_emission({})
+    assert MetricEmissionConfig.from_section(None) == MetricEmissionConfig()
+    config = MetricEmissionConfig.from_section({})
     assert config.target is MetricTarget.LOG
     assert config.destination == "local"
     assert (config.host, config.port, config.path) == ("0.0.0.0", 9464, "/metrics")
@@ -594,23 +595,45 @@ def test_metric_emission_defaults():
 )
 def test_metric_emission_invalid_values_name_the_key(section, key):
     with pytest.raises(ValueError, match=re.escape(key)):
-        parse_metric_emission(section)
+        MetricEmissionConfig.from_section(section)
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ({"enabled": "yes"}, "metricEmission.enabled"),
+        ({"intervalSeconds": 0}, "metricEmission.intervalSeconds"),
+        ({"intervalSeconds": True}, "metricEmission.intervalSeconds"),
+    ],
+)
+def test_metric_emission_enabled_and_interval_are_checked(section, key):
+    with pytest.raises(ValueError, match=re.escape(key)):
+        MetricEmissionConfig.from_section(section)
+
+
+def test_metric_emission_built_directly_takes_a_target_name():
+    config = MetricEmissionConfig(target="scrape", interval_seconds=5)  # type: ignore[arg-type]
+    assert config.target is MetricTarget.SCRAPE
+    assert config.interval_seconds == 5.0
+    assert config == MetricEmissionConfig.from_section({"target": "scrape", "intervalSeconds": 5})
 
 
 def test_create_emitter_per_target(capsys):
     registry = MetricsRegistry()
     registry.gauge(FAMILY, "connected").set(1)
-    log_emitter = create_emitter(parse_metric_emission({"target": "log"}), registry)
+    log_emitter = create_emitter(MetricEmissionConfig.from_section({"target": "log"}), registry)
     assert isinstance(log_emitter, LogEmitter)
     cloudmon = create_emitter(
-        parse_metric_emission({"target": "cloudmon", "targetConfig": {"namespace": "ns"}}),
+        MetricEmissionConfig.from_section(
+            {"target": "cloudmon", "targetConfig": {"namespace": "ns"}}
+        ),
         registry,
     )
     cloudmon.emit(registry.collect(reset_interval=True), T0)
     [line] = capsys.readouterr().out.splitlines()
     assert json.loads(line)["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "ns"
     scrape = create_emitter(
-        parse_metric_emission(
+        MetricEmissionConfig.from_section(
             {"target": "scrape", "targetConfig": {"host": "127.0.0.1", "port": 0}}
         ),
         registry,

@@ -26,6 +26,7 @@ from unskit.config.model import (
     LoggingConfig,
     MessagingConfig,
     MetricEmissionConfig,
+    MetricTarget,
     QosConfig,
     TopicConfig,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "LoggingConfig",
     "MessagingConfig",
     "MetricEmissionConfig",
+    "MetricTarget",
     "MountedDirSource",
     "Platform",
     "QosConfig",

@@ -3,31 +3,47 @@
 `build_config` turns a document that already passed validation into a `ComponentConfig`;
 `unskit.config.loader` is the entry point that validates first. `ComponentConfig` satisfies
 `unskit.envelope.EnvelopeStamp`, so it can be handed to a `MessageBuilder` as it is.
+
+This module is the one place the ``health``, ``logging`` and ``metricEmission`` sections
+become typed objects: `HealthConfig`, `LoggingConfig` and `MetricEmissionConfig`, each with a
+`from_section` parser that `build_config` uses too; ``unskit.runtime`` acts on them. They
+check their values themselves, for programmatic use (a bad one raises ValueError naming its
+key); documents are validated by the JSON Schema before they get here.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, NoReturn
+from typing import Any, TypeGuard
 
 from unskit.config.platform import Platform
 from unskit.config.secrets import Secret, SecretRef, find_secret_refs, redact
 from unskit.config.vault import DEFAULT_KEY_ENV, VaultSecrets
 from unskit.envelope import Identity
-from unskit.errors import SecretError
+from unskit.errors import ConfigError, ConfigIssue, SecretError
 
 __all__ = [
+    "DEFAULT_BACKUP_COUNT",
+    "DEFAULT_CLOUDMON_NAMESPACE",
     "DEFAULT_HEALTH_PORT",
+    "DEFAULT_LEVEL",
     "DEFAULT_LEVELS",
+    "DEFAULT_MAX_FILE_SIZE",
+    "DEFAULT_METRIC_INTERVAL_SECONDS",
     "DEFAULT_MQTT_PORT",
     "DEFAULT_MQTT_TLS_PORT",
     "DEFAULT_PYTHON_FORMAT",
     "DEFAULT_REQUEST_TIMEOUT_SECONDS",
+    "DEFAULT_SCRAPE_HOST",
+    "DEFAULT_SCRAPE_PATH",
+    "DEFAULT_SCRAPE_PORT",
     "DEFAULT_TOPIC_ROOT",
     "EMBEDDED_HOST",
     "JSON_FORMAT",
@@ -42,11 +58,13 @@ __all__ = [
     "LoggingConfig",
     "MessagingConfig",
     "MetricEmissionConfig",
+    "MetricTarget",
     "QosConfig",
-    "ReadOnlyDict",
     "TopicConfig",
     "build_config",
+    "log_level",
     "parse_size",
+    "profile_health_enabled",
 ]
 
 _log = logging.getLogger(__name__)
@@ -54,17 +72,106 @@ _log = logging.getLogger(__name__)
 DEFAULT_LEVELS = ("device",)
 DEFAULT_TOPIC_ROOT = "uns"
 DEFAULT_REQUEST_TIMEOUT_SECONDS = 30.0
-DEFAULT_HEALTH_PORT = 8081
 DEFAULT_MQTT_PORT = 1883
 DEFAULT_MQTT_TLS_PORT = 8883
 EMBEDDED_HOST = "embedded"
-JSON_FORMAT = "json"
-DEFAULT_PYTHON_FORMAT = "%(asctime)s [%(levelname)s] %(name)s: %(message)s"
-DEFAULT_METRIC_INTERVAL_SECONDS = 60.0
 DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 60.0
 
-_SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(?:([KMGT])I?B?|B)?$", re.IGNORECASE)
+DEFAULT_HEALTH_PORT = 8081
+_DEFAULT_LIVENESS_PATH = "/livez"
+_DEFAULT_READINESS_PATH = "/readyz"
+_DEFAULT_STARTUP_PATH = "/startupz"
+_HEALTH_KEYS = frozenset({"enabled", "port", "livenessPath", "readinessPath", "startupPath"})
+
+DEFAULT_LEVEL = "INFO"
+JSON_FORMAT = "json"
+DEFAULT_PYTHON_FORMAT = "%(asctime)s [%(levelname)s] %(name)s: %(message)s"
+DEFAULT_MAX_FILE_SIZE = "10MB"
+DEFAULT_BACKUP_COUNT = 5
+# The configuration schema is shared by four variants, so a level another variant knows
+# (Java's TRACE and OFF, log4j's WARN and FATAL) is mapped to the nearest Python level
+# rather than refused.
+_LEVELS = {
+    "TRACE": logging.DEBUG,
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARN": logging.WARNING,
+    "WARNING": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "FATAL": logging.CRITICAL,
+    "CRITICAL": logging.CRITICAL,
+    "OFF": logging.CRITICAL + 10,
+}
+# Units are binary, as log4j2's size-based policy reads them for the Java variant.
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(?:([KMGT])I?B?|B)?\s*", re.IGNORECASE)
 _SIZE_UNITS = {"K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+DEFAULT_METRIC_INTERVAL_SECONDS = 60.0
+# Any address, as the probe server binds: a cluster scraper reaches the pod address.
+DEFAULT_SCRAPE_HOST = "0.0.0.0"
+# The port Prometheus' registry of exporter ports assigns to OpenTelemetry's exporter, the
+# generic "application metrics" choice.
+DEFAULT_SCRAPE_PORT = 9464
+DEFAULT_SCRAPE_PATH = "/metrics"
+DEFAULT_CLOUDMON_NAMESPACE = "unskit"
+_DESTINATIONS = ("local", "cloud")
+
+
+class _SectionError(ValueError):
+    """A section value that breaks a rule; `key` is its dotted place (``health.port``)."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+def parse_size(value: object, key: str = "logging.fileLogging.maxFileSize") -> int:
+    """Parses ``10MB``, ``512 KB``, ``1.5GB``, ``10MiB`` or a byte count (powers of 1024).
+
+    Any shape the schema's ``maxFileSize`` pattern admits parses, ``0`` included: whether a
+    size of 0 is allowed is the caller's rule. A bad value raises ValueError naming `key`.
+    """
+    if _is_int(value) and value >= 0:
+        return value
+    if isinstance(value, str) and (match := _SIZE.fullmatch(value)):
+        unit = match.group(2)
+        return int(float(match.group(1)) * (_SIZE_UNITS[unit.upper()] if unit else 1))
+    raise _SectionError(key, f"{value!r} is not a size such as 10MB, 512KB or 1GB")
+
+
+def log_level(name: str) -> int:
+    """The standard library's level for a level name of any variant (TRACE, WARN, FATAL, OFF)."""
+    return _LEVELS[_level_name(name, "level")]
+
+
+def _level_name(value: object, key: str) -> str:
+    """The upper-cased level name, or ValueError naming `key`."""
+    if isinstance(value, str) and value.strip().upper() in _LEVELS:
+        return value.strip().upper()
+    raise _SectionError(key, f"{value!r} is not a level ({', '.join(_LEVELS)})")
+
+
+def _object(value: object, key: str) -> Mapping[str, Any]:
+    """A section or block: None is an empty one, anything else but an object is refused."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise _SectionError(key, "must be an object")
+    return value
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    # bool is an int subclass, and `true` where a number belongs is a typo.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_port(value: object) -> bool:
+    return _is_int(value) and 0 <= value <= 65535
 
 
 @dataclass(frozen=True)
@@ -162,47 +269,202 @@ class CredentialsConfig:
         )
 
 
+class MetricTarget(str, enum.Enum):
+    """The ``metricEmission.target`` values."""
+
+    LOG = "log"
+    MESSAGING = "messaging"
+    CLOUDMON = "cloudmon"
+    SCRAPE = "scrape"
+
+
 @dataclass(frozen=True)
 class MetricEmissionConfig:
-    """Where metrics go: target log, messaging, cloudmon or scrape; destination local or cloud."""
+    """The ``metricEmission`` section: whether, where and how often metrics are emitted.
+
+    `target` selects the emitter; of ``targetConfig``, `destination` (local or cloud) is read by
+    the messaging target, `host`, `port` and `path` by scrape, `namespace` by cloudmon. A
+    value that breaks a rule raises ValueError naming its key.
+    """
 
     enabled: bool = True
-    target: str = "log"
+    target: MetricTarget = MetricTarget.LOG
     interval_seconds: float = DEFAULT_METRIC_INTERVAL_SECONDS
     destination: str = "local"
-    target_config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    host: str = DEFAULT_SCRAPE_HOST
+    port: int = DEFAULT_SCRAPE_PORT
+    path: str = DEFAULT_SCRAPE_PATH
+    namespace: str = DEFAULT_CLOUDMON_NAMESPACE
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise _SectionError("metricEmission.enabled", "must be a boolean")
+        try:
+            object.__setattr__(self, "target", MetricTarget(self.target))
+        except ValueError:
+            names = ", ".join(t.value for t in MetricTarget)
+            raise _SectionError(
+                "metricEmission.target", f"{self.target!r} is not one of {names}"
+            ) from None
+        interval = self.interval_seconds
+        if not _is_number(interval) or not math.isfinite(interval) or interval <= 0:
+            raise _SectionError(
+                "metricEmission.intervalSeconds", f"{interval!r} must be a number > 0"
+            )
+        object.__setattr__(self, "interval_seconds", float(interval))
+        if self.destination not in _DESTINATIONS:
+            raise _SectionError(
+                "metricEmission.targetConfig.destination",
+                f"{self.destination!r} is not local or cloud",
+            )
+        if not isinstance(self.host, str) or not self.host:
+            raise _SectionError("metricEmission.targetConfig.host", "must be a non-empty string")
+        if not _is_port(self.port):
+            raise _SectionError(
+                "metricEmission.targetConfig.port", "must be an integer from 0 to 65535"
+            )
+        if not isinstance(self.path, str) or not self.path.startswith("/"):
+            raise _SectionError(
+                "metricEmission.targetConfig.path", "must be a string starting with /"
+            )
+        if not isinstance(self.namespace, str) or not self.namespace:
+            raise _SectionError(
+                "metricEmission.targetConfig.namespace", "must be a non-empty string"
+            )
+
+    @classmethod
+    def from_section(cls, section: Mapping[str, Any] | None) -> MetricEmissionConfig:
+        """Parses the ``metricEmission`` section; None means all defaults."""
+        section = _object(section, "metricEmission")
+        options = _object(section.get("targetConfig"), "metricEmission.targetConfig")
+        if "topic" in options:
+            raise _SectionError(
+                "metricEmission.targetConfig.topic",
+                "is not allowed: the library mints the metric topic; use "
+                "targetConfig.destination (local or cloud)",
+            )
+        return cls(
+            enabled=section.get("enabled", True),
+            target=section.get("target", MetricTarget.LOG),
+            interval_seconds=section.get("intervalSeconds", DEFAULT_METRIC_INTERVAL_SECONDS),
+            destination=options.get("destination", "local"),
+            host=options.get("host", DEFAULT_SCRAPE_HOST),
+            port=options.get("port", DEFAULT_SCRAPE_PORT),
+            path=options.get("path", DEFAULT_SCRAPE_PATH),
+            namespace=options.get("namespace", DEFAULT_CLOUDMON_NAMESPACE),
+        )
 
 
 @dataclass(frozen=True)
 class FileLoggingConfig:
-    """Rotating file output."""
+    """Rotating file output (``logging.fileLogging``); `max_file_size` is in bytes."""
 
     enabled: bool = False
     file_path: str | None = None
-    max_file_size: str = "10MB"
-    backup_count: int = 5
+    max_file_size: int = parse_size(DEFAULT_MAX_FILE_SIZE)
+    backup_count: int = DEFAULT_BACKUP_COUNT
 
-    @property
-    def max_file_size_bytes(self) -> int:
-        """`max_file_size` in bytes (KB, MB, GB are powers of 1024)."""
-        return parse_size(self.max_file_size)
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise _SectionError("logging.fileLogging.enabled", "must be a boolean")
+        if self.file_path is not None and (
+            not isinstance(self.file_path, str) or not self.file_path
+        ):
+            raise _SectionError("logging.fileLogging.filePath", "must be a non-empty string")
+        if self.enabled and self.file_path is None:
+            raise _SectionError(
+                "logging.fileLogging.filePath", "is required when fileLogging is enabled"
+            )
+        # RotatingFileHandler never rotates at 0, which would make the limit a silent no-op.
+        if not _is_int(self.max_file_size) or self.max_file_size <= 0:
+            raise _SectionError(
+                "logging.fileLogging.maxFileSize",
+                f"{self.max_file_size!r} must be greater than zero (a file never rotates at 0)",
+            )
+        # At 0 RotatingFileHandler reopens the same file on rollover and it grows without bound.
+        if not _is_int(self.backup_count) or self.backup_count < 1:
+            raise _SectionError(
+                "logging.fileLogging.backupCount", f"{self.backup_count!r} must be at least 1"
+            )
+
+    @classmethod
+    def from_section(cls, block: Mapping[str, Any] | None) -> FileLoggingConfig:
+        """Parses the ``logging.fileLogging`` block; None means all defaults."""
+        block = _object(block, "logging.fileLogging")
+        return cls(
+            enabled=block.get("enabled", False),
+            file_path=block.get("filePath"),
+            max_file_size=parse_size(block.get("maxFileSize", DEFAULT_MAX_FILE_SIZE)),
+            backup_count=block.get("backupCount", DEFAULT_BACKUP_COUNT),
+        )
 
 
 @dataclass(frozen=True)
 class LoggingConfig:
-    """The logging section as the Python variant reads it; other variants' formats are ignored."""
+    """The ``logging`` section as the Python variant reads it, the effective format resolved.
 
-    level: str = "INFO"
-    python_format: str | None = None
+    `format` is the effective format: an explicit ``python_format``, else the platform's
+    default (``json`` on CLUSTER), else `DEFAULT_PYTHON_FORMAT`; ``json`` (any case) selects
+    the stdout JSON sink. `level` and the `loggers` values are level names, upper-cased
+    (`log_level` gives the standard library's number). ``java_format``, ``rust_format`` and
+    ``ts_format`` belong to the other variants and are ignored. A value that breaks a rule
+    raises ValueError naming its key.
+    """
+
+    level: str = DEFAULT_LEVEL
     format: str = DEFAULT_PYTHON_FORMAT
     loggers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     file_logging: FileLoggingConfig = FileLoggingConfig()
     global_control: bool = False
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "level", _level_name(self.level, "logging.level"))
+        if not isinstance(self.format, str) or not self.format.strip():
+            raise _SectionError("logging.python_format", "must be a non-empty string")
+        if not self.json:
+            try:
+                logging.Formatter(self.format, validate=True)
+            except ValueError as exc:
+                raise _SectionError("logging.python_format", str(exc)) from None
+        if not isinstance(self.loggers, Mapping):
+            raise _SectionError(
+                "logging.loggers", "must be an object mapping logger names to levels"
+            )
+        loggers = {}
+        for name, value in self.loggers.items():
+            if not isinstance(name, str) or not name:
+                raise _SectionError(
+                    "logging.loggers", f"logger name {name!r} must be a non-empty string"
+                )
+            loggers[name] = _level_name(value, f"logging.loggers.{name}")
+        object.__setattr__(self, "loggers", MappingProxyType(loggers))
+        if not isinstance(self.file_logging, FileLoggingConfig):
+            raise _SectionError("logging.fileLogging", "must be a FileLoggingConfig")
+        if not isinstance(self.global_control, bool):
+            raise _SectionError("logging.globalControl", "must be a boolean")
+
+    @classmethod
+    def from_section(
+        cls, section: Mapping[str, Any] | None, platform: Platform | None = None
+    ) -> LoggingConfig:
+        """Parses the ``logging`` section; None means all defaults (for `platform`)."""
+        section = _object(section, "logging")
+        effective = section.get("python_format")
+        if effective is None:
+            effective = JSON_FORMAT if platform is Platform.CLUSTER else DEFAULT_PYTHON_FORMAT
+        loggers = section.get("loggers")
+        return cls(
+            level=section.get("level", DEFAULT_LEVEL),
+            format=effective,
+            loggers={} if loggers is None else loggers,
+            file_logging=FileLoggingConfig.from_section(section.get("fileLogging")),
+            global_control=section.get("globalControl", False),
+        )
+
     @property
     def json(self) -> bool:
         """True when the effective format selects the stdout JSON sink."""
-        return self.format.lower() == JSON_FORMAT
+        return self.format.strip().lower() == JSON_FORMAT
 
 
 @dataclass(frozen=True)
@@ -213,16 +475,74 @@ class HeartbeatConfig:
     interval_seconds: float = DEFAULT_HEARTBEAT_INTERVAL_SECONDS
 
 
+def profile_health_enabled(platform: Platform | None) -> bool:
+    """The platform default for the probe server: on for CLUSTER only."""
+    return platform is Platform.CLUSTER
+
+
 @dataclass(frozen=True)
 class HealthConfig:
-    """The probe server: resolved on/off, whether `enabled` was explicit, port and paths."""
+    """The ``health`` section; `enabled` is tri-state (None = use the platform default).
 
-    enabled: bool = False
-    enabled_explicit: bool = False
+    `enabled_for(platform)` resolves it; `ComponentConfig.health_enabled` does so for the
+    component's own platform. A value that breaks a rule raises ValueError naming its key.
+    """
+
+    enabled: bool | None = None
     port: int = DEFAULT_HEALTH_PORT
-    liveness_path: str = "/livez"
-    readiness_path: str = "/readyz"
-    startup_path: str = "/startupz"
+    liveness_path: str = _DEFAULT_LIVENESS_PATH
+    readiness_path: str = _DEFAULT_READINESS_PATH
+    startup_path: str = _DEFAULT_STARTUP_PATH
+
+    def __post_init__(self) -> None:
+        if self.enabled is not None and not isinstance(self.enabled, bool):
+            raise _SectionError("health.enabled", f"must be a boolean, got {self.enabled!r}")
+        # bool is an int subclass; `port: true` is a typo, not port 1.
+        if not _is_int(self.port):
+            raise _SectionError("health.port", f"must be an integer, got {self.port!r}")
+        if not _is_port(self.port):
+            raise _SectionError("health.port", f"must be within 0..65535, got {self.port}")
+        paths = {
+            "livenessPath": self.liveness_path,
+            "readinessPath": self.readiness_path,
+            "startupPath": self.startup_path,
+        }
+        for key, path in paths.items():
+            if not isinstance(path, str) or not path.startswith("/") or "?" in path:
+                raise _SectionError(
+                    f"health.{key}", f"must be a path starting with '/', got {path!r}"
+                )
+        # Two probes on one path would make one of them unreachable.
+        if len(set(paths.values())) != len(paths):
+            raise _SectionError(
+                "health", f"probe paths must be distinct, got {sorted(paths.values())}"
+            )
+
+    @classmethod
+    def from_section(cls, section: Mapping[str, Any] | None) -> HealthConfig:
+        """Parses the ``health`` section; None means all defaults."""
+        section = _object(section, "health")
+        unknown = sorted(set(section) - _HEALTH_KEYS)
+        if unknown:
+            raise _SectionError("health", f"unknown key(s): {', '.join(map(str, unknown))}")
+        return cls(
+            enabled=section.get("enabled"),
+            port=section.get("port", DEFAULT_HEALTH_PORT),
+            liveness_path=section.get("livenessPath", _DEFAULT_LIVENESS_PATH),
+            readiness_path=section.get("readinessPath", _DEFAULT_READINESS_PATH),
+            startup_path=section.get("startupPath", _DEFAULT_STARTUP_PATH),
+        )
+
+    @property
+    def enabled_explicitly_set(self) -> bool:
+        """True when the section gave `enabled` (either way)."""
+        return self.enabled is not None
+
+    def enabled_for(self, platform: Platform | None) -> bool:
+        """The resolved on/off: an explicit `enabled` wins, else the platform default."""
+        if self.enabled is not None:
+            return self.enabled
+        return profile_health_enabled(platform)
 
 
 @dataclass(frozen=True)
@@ -255,6 +575,11 @@ class ComponentConfig:
         )
 
     @property
+    def health_enabled(self) -> bool:
+        """Whether the probe server runs: `health.enabled`, else this platform's default."""
+        return self.health.enabled_for(self.platform)
+
+    @property
     def topic_root(self) -> str:
         """The topic root; with includeRoot, followed by the first hierarchy value."""
         if self.topic.include_root:
@@ -284,45 +609,6 @@ class ComponentConfig:
         if self.credentials is None:
             raise SecretError("the configuration has no credentials section, so no vault")
         return self.credentials.secrets(environ)
-
-
-class ReadOnlyDict(dict[str, str]):
-    """A dict that refuses changes: the envelope binding reads tags only from a real dict."""
-
-    __slots__ = ()
-
-    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
-        raise TypeError("the configuration is read-only")
-
-    __setitem__ = _refuse
-    __delitem__ = _refuse
-    __ior__ = _refuse
-    clear = _refuse
-    pop = _refuse
-    popitem = _refuse
-    setdefault = _refuse
-    update = _refuse
-
-    def __repr__(self) -> str:
-        return f"ReadOnlyDict({dict.__repr__(self)})"
-
-    def __reduce__(self) -> tuple[type[ReadOnlyDict], tuple[dict[str, str]]]:
-        return (ReadOnlyDict, (dict(self),))
-
-    def __copy__(self) -> ReadOnlyDict:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> ReadOnlyDict:
-        return self
-
-
-def parse_size(text: str) -> int:
-    """Parses ``10MB``, ``512 KB``, ``1.5GB``, ``10MiB`` or a plain byte count (powers of 1024)."""
-    match = _SIZE.match(text.strip())
-    if match is None:
-        raise ValueError(f"not a size: {text!r}")
-    unit = match.group(2)
-    return int(float(match.group(1)) * (_SIZE_UNITS[unit.upper()] if unit else 1))
 
 
 def freeze(value: Any) -> Any:
@@ -361,15 +647,22 @@ def build_config(
     )
     topic = _section(document, "topic")
     credentials = document.get("credentials")
+    try:
+        metric_emission = MetricEmissionConfig.from_section(document.get("metricEmission"))
+        logging_config = LoggingConfig.from_section(document.get("logging"), platform)
+        health = HealthConfig.from_section(document.get("health"))
+    except _SectionError as exc:
+        # The schema admits a few values these sections refuse (fileLogging.backupCount 0).
+        raise ConfigError([ConfigIssue(f"$.{exc.key}", exc.reason)], source=source) from None
     return ComponentConfig(
         platform=platform,
         thing_name=thing,
         component_token=component_token,
         component=freeze(document["component"]),
         hierarchy=HierarchyConfig(levels),
-        identity_values=ReadOnlyDict(values),
+        identity_values=MappingProxyType(values),
         identity=identity,
-        tags=ReadOnlyDict(_section(document, "tags")),
+        tags=MappingProxyType(dict(_section(document, "tags"))),
         topic=TopicConfig(
             root=topic.get("root", DEFAULT_TOPIC_ROOT),
             include_root=topic.get("includeRoot", False),
@@ -382,10 +675,10 @@ def build_config(
             key_file=credentials.get("keyFile"),
             key_env=credentials.get("keyEnv", DEFAULT_KEY_ENV),
         ),
-        metric_emission=_metric_emission(_section(document, "metricEmission")),
-        logging=_logging(_section(document, "logging"), platform),
+        metric_emission=metric_emission,
+        logging=logging_config,
         heartbeat=_heartbeat(_section(document, "heartbeat")),
-        health=_health(_section(document, "health"), platform),
+        health=health,
         document=freeze(document),
         source=source,
     )
@@ -440,57 +733,8 @@ def _broker(block: Mapping[str, Any], role: str, thing: str, token: str) -> Brok
     )
 
 
-def _metric_emission(section: Mapping[str, Any]) -> MetricEmissionConfig:
-    target_config = dict(section.get("targetConfig", {}))
-    destination = target_config.pop("destination", "local")
-    return MetricEmissionConfig(
-        enabled=section.get("enabled", True),
-        target=section.get("target", "log"),
-        interval_seconds=float(section.get("intervalSeconds", DEFAULT_METRIC_INTERVAL_SECONDS)),
-        destination=destination,
-        target_config=freeze(target_config),
-    )
-
-
-def _logging(section: Mapping[str, Any], platform: Platform) -> LoggingConfig:
-    explicit = section.get("python_format")
-    if explicit is not None:
-        effective = explicit
-    elif platform is Platform.CLUSTER:
-        effective = JSON_FORMAT
-    else:
-        effective = DEFAULT_PYTHON_FORMAT
-    files = section.get("fileLogging", {})
-    loggers = {name: level.upper() for name, level in section.get("loggers", {}).items()}
-    return LoggingConfig(
-        level=section.get("level", "INFO").upper(),
-        python_format=explicit,
-        format=effective,
-        loggers=ReadOnlyDict(loggers),
-        file_logging=FileLoggingConfig(
-            enabled=files.get("enabled", False),
-            file_path=files.get("filePath"),
-            max_file_size=files.get("maxFileSize", "10MB"),
-            backup_count=files.get("backupCount", 5),
-        ),
-        global_control=section.get("globalControl", False),
-    )
-
-
 def _heartbeat(section: Mapping[str, Any]) -> HeartbeatConfig:
     return HeartbeatConfig(
         enabled=section.get("enabled", True),
         interval_seconds=float(section.get("intervalSeconds", DEFAULT_HEARTBEAT_INTERVAL_SECONDS)),
-    )
-
-
-def _health(section: Mapping[str, Any], platform: Platform) -> HealthConfig:
-    explicit = section.get("enabled")
-    return HealthConfig(
-        enabled=explicit if explicit is not None else platform is Platform.CLUSTER,
-        enabled_explicit=explicit is not None,
-        port=section.get("port", DEFAULT_HEALTH_PORT),
-        liveness_path=section.get("livenessPath", "/livez"),
-        readiness_path=section.get("readinessPath", "/readyz"),
-        startup_path=section.get("startupPath", "/startupz"),
     )

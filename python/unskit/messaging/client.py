@@ -28,6 +28,8 @@ __all__ = ["LinkStats", "MessagingClient"]
 
 _log = logging.getLogger(__name__)
 
+# Distinct topics whose matching subscriptions are remembered before the memo starts over.
+MATCH_CACHE_SIZE = 10_000
 # Malformed frames are counted always, logged first and then every this many.
 REJECT_LOG_EVERY = 1_000
 
@@ -55,8 +57,13 @@ class _Link:
         self._timer = timer
         self._lock = threading.Lock()
         self.subscriptions: dict[str, Subscription] = {}
+        # Unsubscribed but maybe still handling: closing the link waits for them too.
+        self._retired: list[Subscription] = []
+        # topic -> the subscriptions it matches; cleared whenever subscriptions change.
+        self._matching: dict[str, list[Subscription]] = {}
         self.pending: dict[str, RequestFuture] = {}
         self._deadlines: dict[str, int] = {}
+        self._link_changed = threading.Condition()
         self.stats = LinkStats()
 
     @property
@@ -68,6 +75,12 @@ class _Link:
 
     def _on_link(self, up: bool) -> None:
         _log.info("messaging %s: link %s", self.name, "up" if up else "down")
+        with self._link_changed:
+            self._link_changed.notify_all()
+
+    def wait_connected(self, timeout: float | None) -> bool:
+        with self._link_changed:
+            return self._link_changed.wait_for(self.transport.is_connected, timeout)
 
     # -- inbound (transport thread): decode, then hand over without blocking ------------
 
@@ -76,8 +89,9 @@ class _Link:
         if topic.startswith(REPLY_TOPIC_PREFIX):
             self._on_reply(topic, payload)
             return
-        with self._lock:
-            matching = [s for s in self.subscriptions.values() if s.matches(topic)]
+        matching = self._matching.get(topic)
+        if matching is None:
+            matching = self._match(topic)
         if not matching:
             return
         message = self._decode(topic, payload)
@@ -87,6 +101,15 @@ class _Link:
         for subscription in matching[1:]:
             # Each subscriber gets its own copy: handlers may change a message in place.
             subscription.offer(topic, Message.from_bytes(payload))
+
+    def _match(self, topic: str) -> list[Subscription]:
+        with self._lock:
+            matching = [s for s in self.subscriptions.values() if s.matches(topic)]
+            # Topics repeat: matching them once saves the filter walk per message.
+            if len(self._matching) >= MATCH_CACHE_SIZE:
+                self._matching.clear()
+            self._matching[topic] = matching
+        return matching
 
     def _decode(self, topic: str, payload: bytes | bytearray) -> Message | None:
         try:
@@ -176,20 +199,25 @@ class _Link:
                     f"already subscribed to {topic_filter!r} on {self.name}; unsubscribe first"
                 )
             self.subscriptions[topic_filter] = subscription
+            self._matching.clear()
         try:
             self.transport.subscribe(topic_filter, self.subscribe_qos if qos is None else QoS(qos))
         except BaseException:
             with self._lock:
                 self.subscriptions.pop(topic_filter, None)
+                self._matching.clear()
             raise
 
     def unsubscribe(self, topic_filter: str) -> None:
         with self._lock:
             subscription = self.subscriptions.pop(topic_filter, None)
+            self._matching.clear()
         if subscription is None:
             return
         self.transport.unsubscribe(topic_filter)
         subscription.close(timeout=0)
+        with self._lock:
+            self._retired = [s for s in self._retired if s.closing_workers] + [subscription]
 
     def request(
         self, topic: str, message: Message, timeout_secs: float | None, default_timeout: float
@@ -230,8 +258,10 @@ class _Link:
     def close(self, timeout: float) -> None:
         with self._lock:
             pending = list(self.pending.values())
-            subscriptions = list(self.subscriptions.values())
+            subscriptions = [*self.subscriptions.values(), *self._retired]
             self.subscriptions.clear()
+            self._retired.clear()
+            self._matching.clear()
         for future in pending:
             self.settle(future, error=MessagingError(f"messaging {self.name} closed"))
         for subscription in subscriptions:
@@ -261,6 +291,7 @@ class MessagingClient:
         secrets: SecretResolver | None = None,
         local: Transport | None = None,
         northbound: Transport | None = None,
+        persistent_session: bool = True,
     ) -> None:
         self._config = config
         self._timer = DeadlineTimer()
@@ -269,11 +300,11 @@ class MessagingClient:
                 raise MessagingError(
                     "messaging.local is not configured and no IPC transport was given"
                 )
-            local = _mqtt(config.local, "local", secrets)
+            local = _mqtt(config.local, "local", secrets, persistent_session)
         self._local = _Link(local, config.local, self._timer)
         self._northbound: _Link | None = None
         if northbound is None and config.northbound is not None:
-            northbound = _mqtt(config.northbound, "northbound", secrets)
+            northbound = _mqtt(config.northbound, "northbound", secrets, persistent_session)
         if northbound is not None:
             self._northbound = _Link(northbound, config.northbound, self._timer)
         self._closed = False
@@ -313,6 +344,14 @@ class MessagingClient:
         """Publishes a JSON object as it is (no envelope) on the northbound broker."""
         check_not_reserved(topic)
         self._require_northbound().publish(topic, _json_bytes(document), qos)
+
+    def publish_reserved(
+        self, topic: str, message: Message, *, northbound: bool = False, qos: QoS | None = None
+    ) -> None:
+        """For the library's own state, metric, cfg and log publishers only: no reserved-class
+        check. Components publish with `publish`."""
+        link = self._require_northbound() if northbound else self._local
+        link.publish(topic, message.to_bytes(), qos)
 
     # -- subscribe ----------------------------------------------------------------------
 
@@ -407,6 +446,10 @@ class MessagingClient:
         """The local link only: it backs readiness, and a northbound outage never changes it."""
         return self._local.transport.is_connected()
 
+    def wait_connected(self, timeout: float | None = None) -> bool:
+        """Blocks until the local link is up (True) or `timeout` seconds pass (False)."""
+        return self._local.wait_connected(timeout)
+
     def northbound_connected(self) -> bool:
         """The northbound link's state (False when none is configured); never readiness."""
         return self._northbound is not None and self._northbound.transport.is_connected()
@@ -447,5 +490,7 @@ def _json_bytes(document: Mapping[str, Any]) -> bytes:
     return json.dumps(document, separators=(",", ":"), allow_nan=False).encode()
 
 
-def _mqtt(config: BrokerConfig, name: str, secrets: SecretResolver | None) -> Transport:
-    return MqttTransport(config, name=name, secrets=secrets)
+def _mqtt(
+    config: BrokerConfig, name: str, secrets: SecretResolver | None, persistent_session: bool
+) -> Transport:
+    return MqttTransport(config, name=name, secrets=secrets, persistent_session=persistent_session)

@@ -70,6 +70,11 @@ class Subscription:
         return self.max_concurrency or UNCAPPED_WORKERS
 
     @property
+    def closing_workers(self) -> bool:
+        """True while a closed subscription still has workers finishing their messages."""
+        return self._closing and self._workers > 0
+
+    @property
     def queued(self) -> int:
         """Messages waiting for a worker."""
         return self._queue.qsize()
@@ -103,13 +108,15 @@ class Subscription:
         return True
 
     def close(self, timeout: float | None = None) -> bool:
-        """Lets the workers finish what is queued; True when they all left within `timeout`."""
+        """Lets the workers finish what is queued; True when they all left within `timeout`.
+        Calling it again waits again (the first call may have given up at once)."""
         with self._lock:
-            self._closing = True
-            for _ in range(self._workers):
-                self._queue.put(None)
+            if not self._closing:
+                self._closing = True
+                for _ in range(self._workers):
+                    self._queue.put(None)
             drained = self._workers_left.wait_for(lambda: self._workers == 0, timeout)
-        if not drained:
+        if not drained and timeout:
             _log.warning(
                 "subscription %r: %d messages still queued at close",
                 self.topic_filter,

@@ -1,8 +1,9 @@
-"""Health probes: the `health` configuration, the readiness state and the probe HTTP server.
+"""Health probes: the readiness state and the probe HTTP server for a `HealthConfig`.
 
 The server answers liveness, readiness and startup probes (HTTP/1.1, keep-alive, text/plain)
 from a thread-safe :class:`ReadinessState`. A component normally never builds it itself: the
-runtime wires it and the component only drives readiness.
+runtime wires it and the component only drives readiness. The ``health`` section is parsed in
+`unskit.config.model` (`HealthConfig`, `profile_health_enabled`), re-exported here.
 """
 
 from __future__ import annotations
@@ -13,15 +14,14 @@ import socket
 import socketserver
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from email.utils import formatdate
 from http import HTTPStatus
 from http.client import HTTPMessage
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
-from unskit.config.platform import Platform
+from unskit.config.model import DEFAULT_HEALTH_PORT, HealthConfig, profile_health_enabled
 
 __all__ = [
     "DEFAULT_HEALTH_PORT",
@@ -32,12 +32,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-
-DEFAULT_HEALTH_PORT = 8081
-_DEFAULT_LIVENESS_PATH = "/livez"
-_DEFAULT_READINESS_PATH = "/readyz"
-_DEFAULT_STARTUP_PATH = "/startupz"
-_SECTION_KEYS = frozenset({"enabled", "port", "livenessPath", "readinessPath", "startupPath"})
 
 # Spec limit for the Python variant.
 _STOP_JOIN_TIMEOUT_S = 5.0
@@ -55,69 +49,6 @@ _MAX_LINE = 65536
 _MAX_HEADERS = 100
 # How quickly the accept loop notices stop().
 _POLL_INTERVAL_S = 0.1
-
-
-def profile_health_enabled(platform: Platform | None) -> bool:
-    """The platform default for the probe server: on for CLUSTER only."""
-    return platform is Platform.CLUSTER
-
-
-@dataclass(frozen=True)
-class HealthConfig:
-    """The `health` section; `enabled` is tri-state (None = use the platform default)."""
-
-    enabled: bool | None = None
-    port: int = DEFAULT_HEALTH_PORT
-    liveness_path: str = _DEFAULT_LIVENESS_PATH
-    readiness_path: str = _DEFAULT_READINESS_PATH
-    startup_path: str = _DEFAULT_STARTUP_PATH
-
-    def __post_init__(self) -> None:
-        if self.enabled is not None and not isinstance(self.enabled, bool):
-            raise ValueError(f"health.enabled must be a boolean, got {self.enabled!r}")
-        # bool is an int subclass; `port: true` is a typo, not port 1.
-        if isinstance(self.port, bool) or not isinstance(self.port, int):
-            raise ValueError(f"health.port must be an integer, got {self.port!r}")
-        if not 0 <= self.port <= 65535:
-            raise ValueError(f"health.port must be within 0..65535, got {self.port}")
-        paths = {
-            "livenessPath": self.liveness_path,
-            "readinessPath": self.readiness_path,
-            "startupPath": self.startup_path,
-        }
-        for key, path in paths.items():
-            if not isinstance(path, str) or not path.startswith("/") or "?" in path:
-                raise ValueError(f"health.{key} must be a path starting with '/', got {path!r}")
-        # Two probes on one path would make one of them unreachable.
-        if len(set(paths.values())) != len(paths):
-            raise ValueError(f"health probe paths must be distinct, got {sorted(paths.values())}")
-
-    @classmethod
-    def from_section(cls, section: Mapping[str, Any] | None) -> HealthConfig:
-        """Parses the `health` section of a configuration document; None means all defaults."""
-        if section is None:
-            return cls()
-        unknown = sorted(set(section) - _SECTION_KEYS)
-        if unknown:
-            raise ValueError(f"unknown key(s) in health: {', '.join(unknown)}")
-        return cls(
-            enabled=section.get("enabled"),
-            port=section.get("port", DEFAULT_HEALTH_PORT),
-            liveness_path=section.get("livenessPath", _DEFAULT_LIVENESS_PATH),
-            readiness_path=section.get("readinessPath", _DEFAULT_READINESS_PATH),
-            startup_path=section.get("startupPath", _DEFAULT_STARTUP_PATH),
-        )
-
-    @property
-    def enabled_explicitly_set(self) -> bool:
-        """True when the section gave `enabled` (either way)."""
-        return self.enabled is not None
-
-    def enabled_for(self, platform: Platform | None) -> bool:
-        """The resolved on/off: an explicit `enabled` wins, else the platform default."""
-        if self.enabled is not None:
-            return self.enabled
-        return profile_health_enabled(platform)
 
 
 class ReadinessState:

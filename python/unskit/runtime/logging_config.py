@@ -1,11 +1,10 @@
 """The ``logging`` section applied to the standard library's logging (the Python variant).
 
-Keys: ``level`` (INFO), ``python_format`` (``%(asctime)s [%(levelname)s] %(name)s: %(message)s``,
-or ``json``), ``loggers`` (name to level), ``fileLogging`` {``enabled`` (false), ``filePath``,
-``maxFileSize`` (10MB), ``backupCount`` (5)}, ``globalControl`` (parsed, never acted on).
-``java_format``, ``rust_format`` and ``ts_format`` belong to the other variants and are ignored.
-
-Effective format: an explicit ``python_format``, else the platform default (``json`` on
+The section is parsed in `unskit.config.model` (`LoggingConfig`): ``level`` (INFO),
+``python_format`` (``%(asctime)s [%(levelname)s] %(name)s: %(message)s``, or ``json``),
+``loggers`` (name to level), ``fileLogging`` {``enabled`` (false), ``filePath``,
+``maxFileSize`` (10MB), ``backupCount`` (5)}, ``globalControl`` (parsed, never acted on);
+the effective format is an explicit ``python_format``, else the platform default (``json`` on
 CLUSTER), else the built-in default. Text goes to stderr; the JSON sink writes to stdout, one
 object per line::
 
@@ -24,55 +23,17 @@ from __future__ import annotations
 import json
 import logging
 import logging.handlers
-import re
 import sys
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from unskit.config.model import LoggingConfig, log_level
 from unskit.config.platform import Platform
 
-__all__ = [
-    "DEFAULT_BACKUP_COUNT",
-    "DEFAULT_LEVEL",
-    "DEFAULT_MAX_FILE_SIZE",
-    "DEFAULT_PYTHON_FORMAT",
-    "JSON_FORMAT",
-    "FileLoggingSettings",
-    "JsonFormatter",
-    "LoggingSettings",
-    "configure_logging",
-    "parse_logging_config",
-    "parse_size",
-]
-
-DEFAULT_LEVEL = "INFO"
-DEFAULT_PYTHON_FORMAT = "%(asctime)s [%(levelname)s] %(name)s: %(message)s"
-DEFAULT_MAX_FILE_SIZE = "10MB"
-DEFAULT_BACKUP_COUNT = 5
-JSON_FORMAT = "json"
-
-# The configuration schema is shared by four variants, so a level another variant knows
-# (Java's TRACE and OFF, log4j's WARN and FATAL) is mapped to the nearest Python level
-# rather than refused.
-_LEVELS = {
-    "TRACE": logging.DEBUG,
-    "DEBUG": logging.DEBUG,
-    "INFO": logging.INFO,
-    "WARN": logging.WARNING,
-    "WARNING": logging.WARNING,
-    "ERROR": logging.ERROR,
-    "FATAL": logging.CRITICAL,
-    "CRITICAL": logging.CRITICAL,
-    "OFF": logging.CRITICAL + 10,
-}
-# Units are binary, as log4j2's size-based policy reads them for the Java variant.
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(?:([kmgt])i?b?|b)?\s*", re.IGNORECASE)
-_UNIT = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-_PLATFORM_FORMAT = {Platform.CLUSTER: JSON_FORMAT}
+__all__ = ["JsonFormatter", "LoggingConfig", "configure_logging"]
 
 # Attributes every LogRecord has; anything else on a record came through ``extra=``.
 _BLANK_RECORD = logging.LogRecord("", logging.INFO, "", 0, "", None, None)
@@ -86,96 +47,24 @@ _configured_loggers: set[str] = set()
 _own_handlers: list[logging.Handler] = []
 
 
-@dataclass(frozen=True)
-class FileLoggingSettings:
-    """The parsed ``logging.fileLogging`` block."""
+def configure_logging(
+    config: LoggingConfig | Mapping[str, Any] | None, platform: Platform | None = None
+) -> None:
+    """Replaces the root handlers with the sinks the ``logging`` configuration asks for.
 
-    enabled: bool = False
-    file_path: str | None = None
-    max_bytes: int = 10 * 1024**2
-    backup_count: int = DEFAULT_BACKUP_COUNT
-
-
-@dataclass(frozen=True)
-class LoggingSettings:
-    """The parsed ``logging`` section with the effective format resolved."""
-
-    level: int = logging.INFO
-    format: str = DEFAULT_PYTHON_FORMAT
-    json: bool = False
-    loggers: Mapping[str, int] = field(default_factory=dict)
-    file_logging: FileLoggingSettings = field(default_factory=FileLoggingSettings)
-    global_control: bool = False
-
-
-def parse_size(value: object, key: str = "logging.fileLogging.maxFileSize") -> int:
-    """Parses a size such as ``10MB``, ``512KB``, ``1GB`` or ``4096`` into bytes."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        size = value
-    elif isinstance(value, str) and (match := _SIZE.fullmatch(value)):
-        unit = match.group(2)
-        size = int(float(match.group(1)) * (_UNIT[unit.lower()] if unit else 1))
-    else:
-        raise ValueError(f"{key}: {value!r} is not a size such as 10MB, 512KB or 1GB")
-    # RotatingFileHandler never rotates at 0, which would make the limit a silent no-op.
-    if size <= 0:
-        raise ValueError(f"{key}: {value!r} must be greater than zero")
-    return size
-
-
-def parse_logging_config(
-    config: Mapping[str, Any] | None, platform: Platform | None = None
-) -> LoggingSettings:
-    """Validates the ``logging`` section; a bad value raises ValueError naming its key."""
-    if config is None:
-        config = {}
-    if not isinstance(config, Mapping):
-        raise ValueError("logging must be an object")
-
-    level = _level(config.get("level", DEFAULT_LEVEL), "logging.level")
-
-    explicit = config.get("python_format")
-    if explicit is not None and (not isinstance(explicit, str) or not explicit.strip()):
-        raise ValueError("logging.python_format must be a non-empty string")
-    chosen = explicit or (_PLATFORM_FORMAT.get(platform) if platform else None)
-    chosen = chosen or DEFAULT_PYTHON_FORMAT
-    use_json = chosen.strip().lower() == JSON_FORMAT
-    text_format = DEFAULT_PYTHON_FORMAT if use_json else chosen
-    if not use_json:
-        try:
-            logging.Formatter(text_format, validate=True)
-        except ValueError as exc:
-            raise ValueError(f"logging.python_format: {exc}") from None
-
-    raw_loggers = config.get("loggers")
-    if raw_loggers is None:
-        raw_loggers = {}
-    if not isinstance(raw_loggers, Mapping):
-        raise ValueError("logging.loggers must be an object mapping logger names to levels")
-    loggers = {}
-    for name, value in raw_loggers.items():
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"logging.loggers: logger name {name!r} must be a non-empty string")
-        loggers[name] = _level(value, f"logging.loggers.{name}")
-
-    global_control = config.get("globalControl", False)
-    if not isinstance(global_control, bool):
-        raise ValueError("logging.globalControl must be a boolean")
-
-    return LoggingSettings(
-        level=level,
-        format=text_format,
-        json=use_json,
-        loggers=loggers,
-        file_logging=_file_logging(config.get("fileLogging")),
-        global_control=global_control,
-    )
-
-
-def configure_logging(config: Mapping[str, Any] | None, platform: Platform | None = None) -> None:
-    """Replaces the root handlers with the sinks the ``logging`` section asks for."""
+    `config` is a `LoggingConfig`, or the raw section (None = all defaults), parsed with
+    `LoggingConfig.from_section` for `platform`; a bad section raises ValueError naming its
+    key and changes nothing. A `LoggingConfig` already has its effective format, so
+    `platform` is not consulted for it.
+    """
     # Everything is validated before anything changes: a bad reload keeps the old setup.
-    settings = parse_logging_config(config, platform)
+    settings = (
+        config
+        if isinstance(config, LoggingConfig)
+        else LoggingConfig.from_section(config, platform)
+    )
+    root_level = log_level(settings.level)
+    logger_levels = {name: log_level(level) for name, level in settings.loggers.items()}
     handlers: list[logging.Handler] = []
     if settings.json:
         json_handler = _StreamHandler(stdout=True)
@@ -190,7 +79,7 @@ def configure_logging(config: Mapping[str, Any] | None, platform: Platform | Non
             path = Path(files.file_path)
             path.parent.mkdir(parents=True, exist_ok=True)
             file_handler = logging.handlers.RotatingFileHandler(
-                path, maxBytes=files.max_bytes, backupCount=files.backup_count, encoding="utf-8"
+                path, maxBytes=files.max_file_size, backupCount=files.backup_count, encoding="utf-8"
             )
             file_handler.setFormatter(logging.Formatter(settings.format))
             handlers.append(file_handler)
@@ -204,13 +93,13 @@ def configure_logging(config: Mapping[str, Any] | None, platform: Platform | Non
         _own_handlers[:] = handlers
         for handler in handlers:
             root.addHandler(handler)
-        root.setLevel(settings.level)
-        for name in _configured_loggers - settings.loggers.keys():
+        root.setLevel(root_level)
+        for name in _configured_loggers - logger_levels.keys():
             logging.getLogger(name).setLevel(logging.NOTSET)
-        for name, level in settings.loggers.items():
+        for name, level in logger_levels.items():
             logging.getLogger(name).setLevel(level)
         _configured_loggers.clear()
-        _configured_loggers.update(settings.loggers)
+        _configured_loggers.update(logger_levels)
 
 
 class JsonFormatter(logging.Formatter):
@@ -259,31 +148,3 @@ class _StreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def stream(self, _value: TextIO) -> None:
         # StreamHandler.__init__ assigns a stream; the live lookup above replaces it.
         pass
-
-
-def _level(value: object, key: str) -> int:
-    if isinstance(value, str) and value.strip().upper() in _LEVELS:
-        return _LEVELS[value.strip().upper()]
-    names = ", ".join(_LEVELS)
-    raise ValueError(f"{key}: {value!r} is not a level ({names})")
-
-
-def _file_logging(block: object) -> FileLoggingSettings:
-    if block is None:
-        return FileLoggingSettings()
-    if not isinstance(block, Mapping):
-        raise ValueError("logging.fileLogging must be an object")
-    enabled = block.get("enabled", False)
-    if not isinstance(enabled, bool):
-        raise ValueError("logging.fileLogging.enabled must be a boolean")
-    file_path = block.get("filePath")
-    if file_path is not None and (not isinstance(file_path, str) or not file_path):
-        raise ValueError("logging.fileLogging.filePath must be a non-empty string")
-    if enabled and file_path is None:
-        raise ValueError("logging.fileLogging.filePath is required when fileLogging is enabled")
-    max_bytes = parse_size(block.get("maxFileSize", DEFAULT_MAX_FILE_SIZE))
-    backup_count = block.get("backupCount", DEFAULT_BACKUP_COUNT)
-    # At 0 RotatingFileHandler reopens the same file on rollover and it grows without bound.
-    if not isinstance(backup_count, int) or isinstance(backup_count, bool) or backup_count < 1:
-        raise ValueError(f"logging.fileLogging.backupCount: {backup_count!r} must be at least 1")
-    return FileLoggingSettings(enabled, file_path, max_bytes, backup_count)

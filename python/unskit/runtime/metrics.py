@@ -5,8 +5,9 @@ inside it, and carries string *dimensions* (e.g. ``instance``); the registry's c
 dimensions are added to every metric. A counter has an *interval* value, reset at every
 emit, and a *total* that never resets; a gauge has a current value.
 
-Section ``metricEmission``: ``target`` is ``log`` (default), ``scrape``, ``cloudmon`` or
-``messaging``; ``targetConfig`` holds the target's options:
+Section ``metricEmission`` (parsed in `unskit.config.model` as `MetricEmissionConfig`):
+``target`` is ``log`` (default), ``scrape``, ``cloudmon`` or ``messaging``; ``targetConfig``
+holds the target's options:
 
 ========== ============================================================================
 log        (none) one line per emit on logger ``unskit.metrics``: the JSON document
@@ -41,13 +42,23 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol, TextIO
 
+from unskit.config.model import (
+    DEFAULT_CLOUDMON_NAMESPACE,
+    DEFAULT_METRIC_INTERVAL_SECONDS,
+    DEFAULT_SCRAPE_HOST,
+    DEFAULT_SCRAPE_PATH,
+    DEFAULT_SCRAPE_PORT,
+    MetricEmissionConfig,
+    MetricTarget,
+)
 from unskit.envelope import EnvelopeStamp, MessageBuilder
 from unskit.messaging.topics import TopicScope, validate_token
 from unskit.runtime.events import Publisher
 
 __all__ = [
     "CLOUDMON_MAX_METRICS_PER_LINE",
-    "DEFAULT_INTERVAL_SECS",
+    "DEFAULT_CLOUDMON_NAMESPACE",
+    "DEFAULT_METRIC_INTERVAL_SECONDS",
     "DEFAULT_SCRAPE_HOST",
     "DEFAULT_SCRAPE_PATH",
     "DEFAULT_SCRAPE_PORT",
@@ -68,18 +79,9 @@ __all__ = [
     "MetricsReporter",
     "ScrapeEmitter",
     "create_emitter",
-    "parse_metric_emission",
     "render_prometheus",
 ]
 
-DEFAULT_INTERVAL_SECS = 60.0
-# Any address, as the probe server binds: a cluster scraper reaches the pod address.
-DEFAULT_SCRAPE_HOST = "0.0.0.0"
-# The port Prometheus' registry of exporter ports assigns to OpenTelemetry's exporter, the
-# generic "application metrics" choice.
-DEFAULT_SCRAPE_PORT = 9464
-DEFAULT_SCRAPE_PATH = "/metrics"
-DEFAULT_CLOUDMON_NAMESPACE = "unskit"
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 METRICS_MESSAGE_NAME = "Metrics"
 METRICS_MESSAGE_VERSION = "1.0"
@@ -96,15 +98,6 @@ class MetricKind(str, enum.Enum):
 
     COUNTER = "counter"
     GAUGE = "gauge"
-
-
-class MetricTarget(str, enum.Enum):
-    """The ``metricEmission.target`` values."""
-
-    LOG = "log"
-    MESSAGING = "messaging"
-    CLOUDMON = "cloudmon"
-    SCRAPE = "scrape"
 
 
 Number = int | float
@@ -555,60 +548,6 @@ def render_prometheus(samples: Iterable[MetricSample]) -> str:
     return buffer.getvalue()
 
 
-@dataclass(frozen=True)
-class MetricEmissionConfig:
-    """The parsed ``metricEmission`` section."""
-
-    target: MetricTarget = MetricTarget.LOG
-    destination: str = "local"
-    host: str = DEFAULT_SCRAPE_HOST
-    port: int = DEFAULT_SCRAPE_PORT
-    path: str = DEFAULT_SCRAPE_PATH
-    namespace: str = DEFAULT_CLOUDMON_NAMESPACE
-
-
-def parse_metric_emission(section: Mapping[str, Any] | None) -> MetricEmissionConfig:
-    """Parses ``metricEmission``; a bad value raises ValueError naming its key."""
-    if section is None:
-        return MetricEmissionConfig()
-    if not isinstance(section, Mapping):
-        raise ValueError("metricEmission must be an object")
-    raw_target = section.get("target", MetricTarget.LOG.value)
-    try:
-        target = MetricTarget(raw_target)
-    except ValueError:
-        names = ", ".join(t.value for t in MetricTarget)
-        raise ValueError(f"metricEmission.target: {raw_target!r} is not one of {names}") from None
-    options = section.get("targetConfig")
-    if options is None:
-        options = {}
-    if not isinstance(options, Mapping):
-        raise ValueError("metricEmission.targetConfig must be an object")
-    if "topic" in options:
-        raise ValueError(
-            "metricEmission.targetConfig.topic is not allowed: the library mints the metric "
-            "topic; use targetConfig.destination (local or cloud)"
-        )
-    destination = options.get("destination", "local")
-    if destination not in ("local", "cloud"):
-        raise ValueError(
-            f"metricEmission.targetConfig.destination: {destination!r} is not local or cloud"
-        )
-    host = options.get("host", DEFAULT_SCRAPE_HOST)
-    if not isinstance(host, str) or not host:
-        raise ValueError("metricEmission.targetConfig.host must be a non-empty string")
-    port = options.get("port", DEFAULT_SCRAPE_PORT)
-    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-        raise ValueError("metricEmission.targetConfig.port must be an integer from 0 to 65535")
-    path = options.get("path", DEFAULT_SCRAPE_PATH)
-    if not isinstance(path, str) or not path.startswith("/"):
-        raise ValueError("metricEmission.targetConfig.path must be a string starting with /")
-    namespace = options.get("namespace", DEFAULT_CLOUDMON_NAMESPACE)
-    if not isinstance(namespace, str) or not namespace:
-        raise ValueError("metricEmission.targetConfig.namespace must be a non-empty string")
-    return MetricEmissionConfig(target, destination, host, port, path, namespace)
-
-
 def create_emitter(
     config: MetricEmissionConfig,
     registry: MetricsRegistry,
@@ -646,7 +585,7 @@ class MetricsReporter:
         self,
         registry: MetricsRegistry,
         emitter: MetricEmitter,
-        interval_secs: float = DEFAULT_INTERVAL_SECS,
+        interval_secs: float = DEFAULT_METRIC_INTERVAL_SECONDS,
         *,
         clock_ms: Callable[[], int] | None = None,
     ) -> None:

@@ -1,0 +1,311 @@
+"""The Component builder: configuration, logging, messaging, readiness, health probes,
+signals, metrics, events and heartbeat, wired in one place for every component.
+
+A component is a `ComponentApp`: it gets the `Runtime` in `start()` and drains in `drain()`.
+`unskit run NAME` finds it through the ``unskit.components`` entry points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import socket
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from importlib.metadata import entry_points
+from typing import Any, ClassVar, Protocol
+
+from unskit.config.loader import ConfigLoader, add_config_arguments
+from unskit.config.model import EMBEDDED_HOST, ComponentConfig, MessagingConfig
+from unskit.envelope import Message, MessageBuilder
+from unskit.errors import ConfigError, ConfigIssue, UnskitError
+from unskit.messaging import MessagingClient, TopicScope
+from unskit.runtime.embedded_broker import DEFAULT_EMBEDDED_PORT, EmbeddedBroker
+from unskit.runtime.events import Events
+from unskit.runtime.health import HealthServer, ReadinessState
+from unskit.runtime.logging_config import configure_logging
+from unskit.runtime.metrics import MetricsRegistry, MetricsReporter, create_emitter
+from unskit.runtime.shutdown import ShutdownCoordinator
+
+__all__ = [
+    "COMPONENT_ENTRY_POINTS",
+    "ComponentApp",
+    "Runtime",
+    "load_component",
+    "run_component",
+]
+
+_log = logging.getLogger(__name__)
+
+COMPONENT_ENTRY_POINTS = "unskit.components"
+# How long messaging may take to flush QoS 1/2 publishes and drain handlers at shutdown.
+DRAIN_TIMEOUT_S = 5.0
+
+
+class ComponentApp(Protocol):
+    """What a component implements; the runtime owns everything around it."""
+
+    #: The {component} topic token used when the configuration sets none.
+    token: ClassVar[str]
+    #: JSON Schema of the `component` section, or None to accept any object.
+    schema: ClassVar[Mapping[str, Any] | None]
+
+    def start(self, runtime: Runtime) -> None:
+        """Subscribes, starts its own threads; returns promptly."""
+        ...
+
+    def drain(self) -> None:
+        """Finishes in-flight work; called once at shutdown, before messaging closes."""
+        ...
+
+
+class _LibraryPublisher:
+    """Publishes on the library's own classes (state, metric): no reserved-topic check."""
+
+    def __init__(self, messaging: MessagingClient, northbound: bool) -> None:
+        self._messaging = messaging
+        self._northbound = northbound
+
+    def publish(self, topic: str, message: Message) -> None:
+        self._messaging.publish_reserved(topic, message, northbound=self._northbound)
+
+
+class Runtime:
+    """Everything a running component is wired to; built by `Runtime.start`."""
+
+    def __init__(self, config: ComponentConfig) -> None:
+        self.config = config
+        self.platform = config.platform
+        self.topics = TopicScope(
+            config.topic.root,
+            config.thing_name,
+            config.component_token,
+            root_level=config.identity_values[config.hierarchy.levels[0]]
+            if config.topic.include_root
+            else None,
+        )
+        self.metrics = MetricsRegistry()
+        self.embedded_broker: EmbeddedBroker | None = None
+        self.readiness: ReadinessState | None = None
+        self.health: HealthServer | None = None
+        self._messaging: MessagingClient | None = None
+        self._reporter: MetricsReporter | None = None
+        self._heartbeat_stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+        self._stopped = threading.Event()
+        self._coordinator: ShutdownCoordinator | None = None
+        self.events: Events | None = None
+
+    # -- the runtime accessors of the specification -------------------------------------
+
+    def get_messaging(self) -> MessagingClient:
+        """The messaging client."""
+        if self._messaging is None:
+            raise UnskitError("the runtime is not started: messaging is not available yet")
+        return self._messaging
+
+    def set_ready(self, ready: bool) -> None:
+        """Sets the component's readiness gate; a no-op when the probe server is disabled."""
+        if self.readiness is not None:
+            self.readiness.set_ready(ready)
+
+    def shutdown(self) -> None:
+        """Readiness off first, then every subsystem drains, the health server last."""
+        if self._coordinator is not None:
+            self._coordinator.shutdown()
+        self._stopped.set()
+
+    @property
+    def shutting_down(self) -> bool:
+        """True once shutdown has begun."""
+        return self._stopped.is_set() or (
+            self._coordinator is not None and self._coordinator.shutting_down
+        )
+
+    # -- wiring ---------------------------------------------------------------------------
+
+    def start(self, app: ComponentApp | None = None) -> Runtime:
+        """Starts logging, the embedded broker, messaging, probes, metrics, heartbeat, `app`;
+        on a failure, stops what already started and raises."""
+        try:
+            return self._start(app)
+        except BaseException:
+            _log.exception("start-up failed; stopping what already started")
+            if self._coordinator is not None:
+                self._coordinator.shutdown()
+            else:
+                self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        if self._messaging is not None:
+            self._messaging.close(DRAIN_TIMEOUT_S)
+        if self.health is not None:
+            self.health.stop()
+        if self.embedded_broker is not None:
+            self.embedded_broker.stop()
+
+    def _start(self, app: ComponentApp | None) -> Runtime:
+        config = self.config
+        configure_logging(config.logging, config.platform)
+        _log.info(
+            "starting %s on %s (platform %s)",
+            config.component_token,
+            config.thing_name,
+            config.platform.value,
+        )
+        messaging_config = self._start_embedded_broker(config.messaging)
+        secrets = config.secrets() if config.credentials is not None else None
+        self._messaging = MessagingClient(messaging_config, secrets=secrets).start()
+
+        if config.health.enabled_for(config.platform):
+            self.readiness = ReadinessState(self._messaging.connected)
+            self.health = HealthServer(config.health, self.readiness)
+            self.health.start()
+            _log.info("health probes on port %s", self.health.port)
+        coordinator = ShutdownCoordinator(self.readiness, self.health)
+        self._coordinator = coordinator
+
+        local = _LibraryPublisher(self._messaging, northbound=False)
+        cloud = (
+            _LibraryPublisher(self._messaging, northbound=True)
+            if messaging_config.northbound is not None
+            else None
+        )
+        self.events = Events(self._messaging, self.topics, stamp=config)
+        emission = config.metric_emission
+        if emission.enabled:
+            emitter = create_emitter(
+                emission, self.metrics, scope=self.topics, local=local, cloud=cloud, stamp=config
+            )
+            self._reporter = MetricsReporter(self.metrics, emitter, emission.interval_seconds)
+            self._reporter.start()
+        if config.heartbeat.enabled:
+            self._heartbeat = threading.Thread(
+                target=self._beat, args=(local,), name="unskit-heartbeat", daemon=True
+            )
+            self._heartbeat.start()
+
+        # Drain order: the component's own work, then what publishes on its behalf, then
+        # messaging (flushes QoS 1/2), then the embedded broker; the health server is last.
+        if app is not None:
+            coordinator.add_drain_step(config.component_token, app.drain)
+        coordinator.add_drain_step("heartbeat", self._stop_heartbeat)
+        if self._reporter is not None:
+            coordinator.add_drain_step("metrics", self._reporter.stop)
+        coordinator.add_drain_step("messaging", lambda: self.get_messaging().close(DRAIN_TIMEOUT_S))
+        if self.embedded_broker is not None:
+            coordinator.add_drain_step("embedded broker", self.embedded_broker.stop)
+        if app is not None:
+            app.start(self)
+        return self
+
+    def _start_embedded_broker(self, messaging: MessagingConfig) -> MessagingConfig:
+        local = messaging.local
+        if local is None or local.host != EMBEDDED_HOST:
+            return messaging
+        port = local.port or _free_port()
+        self.embedded_broker = EmbeddedBroker(port).start()
+        _log.info("messaging.local is embedded: this component owns a broker on 127.0.0.1:%d", port)
+        return dataclasses.replace(
+            messaging, local=dataclasses.replace(local, host="127.0.0.1", port=port)
+        )
+
+    def _beat(self, publisher: _LibraryPublisher) -> None:
+        interval = self.config.heartbeat.interval_seconds
+        started = time.monotonic()
+        topic = self.topics.topic("state", "heartbeat")
+        while not self._heartbeat_stop.wait(interval):
+            message = (
+                MessageBuilder("Heartbeat", "1.0", self.config)
+                .body({"status": "alive", "uptimeSeconds": round(time.monotonic() - started, 3)})
+                .build()
+            )
+            try:
+                publisher.publish(topic, message)
+            except UnskitError as error:
+                _log.warning("heartbeat not published: %s", error)
+
+    def _stop_heartbeat(self) -> None:
+        self._heartbeat_stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(DRAIN_TIMEOUT_S)
+
+    def run(self, app: ComponentApp) -> int:
+        """Starts, installs SIGTERM/SIGINT handlers, blocks until shutdown; returns 0."""
+        self.start(app)
+        assert self._coordinator is not None
+        self._coordinator.install_signal_handlers()
+        _log.info("%s running", self.config.component_token)
+        # The signal handler shuts down and exits 0 (SystemExit interrupts this wait).
+        self._stopped.wait()
+        return 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def load_component(name: str) -> type[ComponentApp]:
+    """The ComponentApp class registered under `name` in the ``unskit.components`` group."""
+    found = entry_points(group=COMPONENT_ENTRY_POINTS, name=name)
+    for entry in found:
+        loaded: type[ComponentApp] = entry.load()
+        return loaded
+    known = sorted(e.name for e in entry_points(group=COMPONENT_ENTRY_POINTS))
+    raise ConfigError(
+        [ConfigIssue("COMPONENT", f"unknown component {name!r}; installed: {', '.join(known)}")]
+    )
+
+
+def apply_broker_override(document: dict[str, Any], broker: str) -> dict[str, Any]:
+    """`--broker HOST:PORT` or `--broker embedded[:PORT]` replaces messaging.local's address."""
+    host, _, port_text = broker.rpartition(":") if ":" in broker else (broker, "", "")
+    if not host:
+        raise ConfigError([ConfigIssue("--broker", "expects HOST:PORT or embedded[:PORT]")])
+    messaging = dict(document.get("messaging") or {})
+    local = dict(messaging.get("local") or {})
+    local["host"] = host
+    if port_text:
+        if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+            raise ConfigError([ConfigIssue("--broker", f"port {port_text!r} is not 0..65535")])
+        local["port"] = int(port_text)
+    elif host == EMBEDDED_HOST:
+        local.setdefault("port", DEFAULT_EMBEDDED_PORT)
+    messaging["local"] = local
+    return {**document, "messaging": messaging}
+
+
+def run_component(name: str, argv: Sequence[str]) -> int:
+    """`unskit run NAME -c FILE -t THING [--broker HOST:PORT]`: exit 0 after a clean shutdown,
+    2 when the configuration is refused (nothing started)."""
+    parser = argparse.ArgumentParser(prog=f"unskit run {name}")
+    add_config_arguments(parser)
+    parser.add_argument(
+        "--broker",
+        metavar="HOST:PORT",
+        help="use this local broker instead of messaging.local (or 'embedded[:PORT]')",
+    )
+    args = parser.parse_args(argv)
+    try:
+        app_class = load_component(name)
+        loader = ConfigLoader(
+            args.config,
+            thing=args.thing,
+            platform=args.platform,
+            component_schema=app_class.schema,
+            default_component=app_class.token,
+        )
+        document = loader.read()
+        if args.broker:
+            document = apply_broker_override(document, args.broker)
+        config = loader.resolve(document)
+    except ConfigError as error:
+        print(f"unskit run {name}: {error}", file=sys.stderr)
+        return 2
+    return Runtime(config).run(app_class())

@@ -1,0 +1,63 @@
+"""`echo`: the smallest component. It answers requests on ``.../cmd/sb/echo`` with their body,
+for trying a broker, the probes and the shutdown path with nothing else involved. A body
+``{"delayMs": n}`` holds the reply n milliseconds (at most 60 s), to try timeouts and drains."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from unskit.envelope import Message, MessageBuilder
+from unskit.runtime.component import Runtime
+
+__all__ = ["EchoComponent"]
+
+_log = logging.getLogger(__name__)
+
+MAX_DELAY_MS = 60_000
+
+
+class EchoComponent:
+    """Replies to every request on ``{root}/{device}/echo/cmd/sb/echo`` with its body."""
+
+    token: ClassVar[str] = "echo"
+    schema: ClassVar[Mapping[str, Any] | None] = {
+        "type": "object",
+        "properties": {"token": {"type": "string"}},
+        "additionalProperties": False,
+    }
+
+    def __init__(self) -> None:
+        self._runtime: Runtime | None = None
+        # Never set: a delayed reply waits on it with a timeout rather than sleeping.
+        self._hold = threading.Event()
+        self.answered = 0
+
+    def start(self, runtime: Runtime) -> None:
+        """Subscribes to the echo verb; ready once messaging is connected."""
+        self._runtime = runtime
+        topic = runtime.topics.topic("cmd", "sb", "echo")
+        runtime.get_messaging().subscribe(topic, self._echo)
+        _log.info("echo: answering requests on %s", topic)
+
+    def _echo(self, _topic: str, request: Message) -> None:
+        assert self._runtime is not None
+        body = request.body
+        if isinstance(body, dict) and isinstance(body.get("delayMs"), int):
+            delay_ms = min(max(body["delayMs"], 0), MAX_DELAY_MS)
+            _log.info("echo: holding the reply to %s for %d ms", request.header.uuid, delay_ms)
+            # Held on this subscription's worker; shutdown waits for it to finish.
+            self._hold.wait(delay_ms / 1000)
+        reply = MessageBuilder("EchoReply", "1.0", self._runtime.config).body(request.body).build()
+        self._runtime.get_messaging().reply(request, reply)
+        self.answered += 1
+
+    def drain(self) -> None:
+        """Stops answering; requests already queued are still answered by messaging's drain."""
+        if self._runtime is not None:
+            self._runtime.get_messaging().unsubscribe(
+                self._runtime.topics.topic("cmd", "sb", "echo")
+            )
+        _log.info("echo: answered %d requests", self.answered)

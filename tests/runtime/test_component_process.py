@@ -1,0 +1,187 @@
+"""A real component process: probes while it connects, requests, SIGTERM, drain, exit 0."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from tests.support.mosquitto import Mosquitto
+from tests.support.servers import free_port, wait_until
+
+from unskit import MessageBuilder
+from unskit.config.model import BrokerConfig, MessagingConfig
+from unskit.messaging import MessagingClient
+
+
+def probe(port: int, path: str) -> int | None:
+    """The status of one GET, or None when nothing listens."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+    try:
+        connection.request("GET", path)
+        return connection.getresponse().status
+    except OSError:
+        return None
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def broker_later(tmp_path, pki):
+    """A broker whose ports are known but which starts only when the test says so."""
+    mosquitto = Mosquitto(tmp_path / "mosquitto", pki)
+    yield mosquitto
+    mosquitto.stop()
+
+
+def write_config(folder: Path, broker_port: int, health_port: int) -> Path:
+    path = folder / "echo.json"
+    path.write_text(
+        json.dumps(
+            {
+                "component": {},
+                "hierarchy": {"levels": ["site", "device"]},
+                "identity": {"site": "plant-1"},
+                "messaging": {"local": {"host": "127.0.0.1", "port": broker_port}},
+                "health": {"enabled": True, "port": health_port},
+                "logging": {"level": "INFO"},
+            }
+        )
+    )
+    return path
+
+
+def test_component_process_probes_drain_and_exit(tmp_path, broker_later):
+    health_port = free_port()
+    config = write_config(tmp_path, broker_later.plain_port, health_port)
+    log_path = tmp_path / "component.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "unskit.cli", "run", "echo", "-c", str(config), "-t", "gw-01"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        # Up but not connected: alive, not ready.
+        wait_until(lambda: probe(health_port, "/livez") == 200, 20, "the liveness probe")
+        assert probe(health_port, "/readyz") == 503
+        assert probe(health_port, "/startupz") == 503
+        broker_later.start()
+        wait_until(lambda: probe(health_port, "/readyz") == 200, 30, "readiness after connect")
+        assert probe(health_port, "/startupz") == 200
+
+        client = MessagingClient(
+            MessagingConfig(
+                local=BrokerConfig(host="127.0.0.1", port=broker_later.plain_port, client_id="t")
+            )
+        ).start()
+        try:
+            wait_until(client.connected, 10, "the test client")
+            topic = "uns/gw-01/echo/cmd/sb/echo"
+            reply = client.request(topic, MessageBuilder("Echo", "1").body({"x": 1}).build())
+            assert reply.get(10).body == {"x": 1}
+            # A slow request in flight when SIGTERM arrives: the drain waits for it.
+            slow = client.request(
+                topic, MessageBuilder("Echo", "1").body({"delayMs": 1500}).build()
+            )
+            wait_until(
+                lambda: b"echo: holding the reply" in log_path.read_bytes(),
+                10,
+                "the slow request to reach the component",
+            )
+            statuses: list[int | None] = []
+            stop_polling = threading.Event()
+
+            def poll_readiness() -> None:
+                while not stop_polling.is_set():
+                    statuses.append(probe(health_port, "/readyz"))
+
+            poller = threading.Thread(target=poll_readiness)
+            poller.start()
+            process.send_signal(signal.SIGTERM)
+            assert slow.get(15).body == {"delayMs": 1500}, "the in-flight request was answered"
+            assert process.wait(20) == 0
+            stop_polling.set()
+            poller.join(5)
+        finally:
+            client.close(2)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+    output = log_path.read_text()
+    # Readiness answered 503 during the drain, before the server went away (None).
+    answered = [s for s in statuses if s is not None]
+    assert 503 in answered, statuses
+    assert 200 not in statuses[statuses.index(503) :], statuses
+    order = [
+        "shutdown: SIGTERM received",
+        "shutdown: readiness off",
+        "shutdown: draining echo",
+        "shutdown: draining messaging",
+        "shutdown: health server stopped",
+        "shutdown: complete",
+    ]
+    positions = [output.find(line) for line in order]
+    assert all(p >= 0 for p in positions), output[-3000:]
+    assert positions == sorted(positions), output[-3000:]
+
+
+def test_bad_configuration_exits_2_and_starts_nothing(tmp_path):
+    health_port = free_port()
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"component": {}, "health": {"enabled": True, "port": health_port}}))
+    result = subprocess.run(
+        [sys.executable, "-m", "unskit.cli", "run", "echo", "-c", str(path), "-t", "gw-01"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "$.messaging" in result.stderr
+    assert "embedded" in result.stderr
+    assert probe(health_port, "/livez") is None
+
+
+def test_embedded_broker_override(tmp_path):
+    broker_port, health_port = free_port(), free_port()
+    config = write_config(tmp_path, 1, health_port)
+    log_path = tmp_path / "component.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "unskit.cli",
+                "run",
+                "echo",
+                "-c",
+                str(config),
+                "-t",
+                "gw-01",
+                "--broker",
+                f"embedded:{broker_port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(
+            lambda: probe(health_port, "/readyz") == 200, 30, "readiness on the embedded broker"
+        )
+        process.send_signal(signal.SIGINT)
+        assert process.wait(20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+    output = log_path.read_text()
+    assert f"embedded MQTT broker listening on 127.0.0.1:{broker_port}" in output
+    assert output.find("shutdown: draining embedded broker") < output.find(
+        "shutdown: health server stopped"
+    )
