@@ -15,6 +15,7 @@ from unskit.config.model import MessagingConfig
 from unskit.errors import UnsupportedQosError
 from unskit.messaging import MessagingClient, QoS
 from unskit.messaging.transport import LinkCallback, MessageCallback
+from unskit.runtime.health import ReadinessState
 
 
 @pytest.fixture
@@ -29,6 +30,9 @@ def test_broker_restart_reconnects_restores_subscriptions_and_delivers_queued(
 ):
     subscriber = make_client(broker_config(own_broker.plain_port, client_id="restart-sub"))
     publisher = make_client(broker_config(own_broker.plain_port, client_id="restart-pub"))
+    # Readiness is backed by the local link, exactly as the component runtime wires it.
+    readiness = ReadinessState(subscriber.connected)
+    assert readiness.is_ready()
     inbox = Inbox()
     subscriber.subscribe(f"{topic_root}/#", inbox)
     inbox.prime(publisher, f"{topic_root}/probe")
@@ -37,14 +41,14 @@ def test_broker_restart_reconnects_restores_subscriptions_and_delivers_queued(
     inbox.wait_for(1)
 
     own_broker.stop()
-    wait_until(lambda: not subscriber.connected(), 10, "the subscriber to see the outage")
+    wait_until(lambda: not readiness.is_ready(), 10, "readiness to drop with the link")
     wait_until(lambda: not publisher.connected(), 10, "the publisher to see the outage")
     during = [reading(f"during-{i}") for i in range(20)]
     for message in during:  # QoS 1: held by the client while the broker is down
         publisher.publish(f"{topic_root}/gw/c/data/x", message, QoS.AT_LEAST_ONCE)
     own_broker.start()
 
-    wait_until(subscriber.connected, 60, "the subscriber to reconnect")
+    wait_until(readiness.is_ready, 60, "readiness to come back with the link")
     wait_until(publisher.connected, 60, "the publisher to reconnect")
     got = [m for _, m in inbox.wait_for(21, timeout=30)]
     assert got[0] == before

@@ -18,6 +18,8 @@ from unskit import MessageBuilder
 from unskit.config.model import BrokerConfig, MessagingConfig
 from unskit.messaging import MessagingClient
 
+ECHO = [sys.executable, "-m", "unskit.cli", "run", "echo"]
+
 
 def probe(port: int, path: str) -> int | None:
     """The status of one GET, or None when nothing listens."""
@@ -185,3 +187,37 @@ def test_embedded_broker_override(tmp_path):
     assert output.find("shutdown: draining embedded broker") < output.find(
         "shutdown: health server stopped"
     )
+
+
+def test_mounted_directory_change_is_followed(tmp_path, broker):
+    health_port = free_port()
+    mounted = tmp_path / "mounted"
+    mounted.mkdir()
+    document = json.loads(write_config(tmp_path, broker.plain_port, health_port).read_text())
+    (mounted / "config.json").write_text(json.dumps(document))
+    log_path = tmp_path / "component.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [*ECHO, "-c", str(mounted), "-t", "gw-01", "--platform", "CLUSTER"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(lambda: probe(health_port, "/readyz") == 200, 30, "readiness")
+        # CLUSTER defaults to the JSON sink: one object per line.
+        assert json.loads(log_path.read_text().splitlines()[0])["level"] == "INFO"
+        document["logging"] = {"level": "DEBUG"}
+        document["tags"] = {"shift": "night"}
+        staged = mounted / ".config.json.tmp"
+        staged.write_text(json.dumps(document))
+        staged.replace(mounted / "config.json")
+        wait_until(lambda: "restart it to apply the rest" in log_path.read_text(), 20, "the change")
+        assert probe(health_port, "/readyz") == 200
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+    levels = [json.loads(line)["level"] for line in log_path.read_text().splitlines()]
+    assert "DEBUG" in levels, "the new logging level applied live"

@@ -164,16 +164,19 @@ class _Link:
                 return False
             del self.pending[future.reply_topic]
             handle = self._deadlines.pop(future.reply_topic, None)
+        # The waiter is woken first; the clean-up below does not delay the reply.
+        if reply is not None:
+            settled = future._resolve(reply)
+        elif error is not None:
+            settled = future._fail(error)
+        else:
+            settled = future._cancel()
         if handle is not None:
             self._timer.cancel(handle)
         # When the link is closing, the subscription goes with it.
         with contextlib.suppress(MessagingError):
             self.transport.unsubscribe(future.reply_topic)
-        if reply is not None:
-            return future._resolve(reply)
-        if error is not None:
-            return future._fail(error)
-        return future._cancel()
+        return settled
 
     # -- outbound -------------------------------------------------------------------------
 

@@ -229,15 +229,37 @@ class Runtime:
             except UnskitError as error:
                 _log.warning("heartbeat not published: %s", error)
 
+    def apply_config(self, config: ComponentConfig, app: ComponentApp) -> None:
+        """A changed, valid configuration: logging follows at once; the component applies
+        the rest through its `reconfigure(config)` if it has one, else a restart does."""
+        previous, self.config = self.config, config
+        if config.logging != previous.logging:
+            configure_logging(config.logging, config.platform)
+        reconfigure = getattr(app, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(config)
+        elif config.document != previous.document:
+            _log.warning(
+                "configuration changed; %s applies only logging changes live, restart it "
+                "to apply the rest",
+                config.component_token,
+            )
+
     def _stop_heartbeat(self) -> None:
         self._heartbeat_stop.set()
         if self._heartbeat is not None:
             self._heartbeat.join(DRAIN_TIMEOUT_S)
 
-    def run(self, app: ComponentApp) -> int:
-        """Starts, installs SIGTERM/SIGINT handlers, blocks until shutdown; returns 0."""
+    def run(self, app: ComponentApp, loader: ConfigLoader | None = None) -> int:
+        """Starts, installs SIGTERM/SIGINT handlers, follows configuration changes when the
+        source is watchable (a mounted directory), blocks until shutdown; returns 0."""
         self.start(app)
         assert self._coordinator is not None
+        if loader is not None:
+            watch = loader.watch(lambda config: self.apply_config(config, app))
+            if watch is not None:
+                # First in line: no change is applied while the component drains.
+                self._coordinator.add_drain_step("configuration watch", watch.close, first=True)
         self._coordinator.install_signal_handlers()
         _log.info("%s running", self.config.component_token)
         # The signal handler shuts down and exits 0 (SystemExit interrupts this wait).
@@ -308,4 +330,4 @@ def run_component(name: str, argv: Sequence[str]) -> int:
     except ConfigError as error:
         print(f"unskit run {name}: {error}", file=sys.stderr)
         return 2
-    return Runtime(config).run(app_class())
+    return Runtime(config).run(app_class(), loader)

@@ -46,12 +46,16 @@ class ShutdownCoordinator:
         self._done = threading.Event()
         self._previous_handlers: dict[signal.Signals, _Handler] = {}
 
-    def add_drain_step(self, name: str, step: Callable[[], object]) -> None:
-        """Registers a subsystem's drain; steps run in registration order."""
+    def add_drain_step(self, name: str, step: Callable[[], object], *, first: bool = False) -> None:
+        """Registers a subsystem's drain; steps run in registration order (`first` puts
+        this one ahead of those already registered)."""
         with self._lock:
             if self._owner is not None:
                 raise RuntimeError(f"cannot add drain step {name!r}: shutdown has begun")
-            self._steps.append((name, step))
+            if first:
+                self._steps.insert(0, (name, step))
+            else:
+                self._steps.append((name, step))
 
     @property
     def shutting_down(self) -> bool:
