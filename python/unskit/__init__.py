@@ -1,4 +1,13 @@
-"""unskit: industrial edge components for a Unified Namespace over MQTT, with a Rust core."""
+"""unskit: industrial edge components for a Unified Namespace over MQTT, with a Rust core.
+
+The envelope and the errors load with the package; configuration, messaging and the
+component runtime load on first use (`unskit.MessagingClient` imports paho only then).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from unskit._core import __version__
 from unskit.envelope import (
@@ -9,16 +18,81 @@ from unskit.envelope import (
     Message,
     MessageBuilder,
 )
-from unskit.errors import EnvelopeError, UnskitError
+from unskit.errors import (
+    ConfigError,
+    ConfigIssue,
+    EnvelopeError,
+    MessagingError,
+    PublishError,
+    RequestTimeoutError,
+    ReservedTopicError,
+    SecretError,
+    UnskitError,
+    UnsupportedQosError,
+)
+
+if TYPE_CHECKING:
+    from unskit.config import ComponentConfig, ConfigLoader, Platform, load_config
+    from unskit.messaging import MessagingClient, QoS, RequestFuture, TopicScope
+    from unskit.runtime.component import ComponentApp, Runtime
+    from unskit.runtime.health import HealthServer, ReadinessState
+    from unskit.runtime.logging_config import configure_logging
+
+_LAZY = {
+    "ComponentConfig": "unskit.config",
+    "ConfigLoader": "unskit.config",
+    "Platform": "unskit.config",
+    "load_config": "unskit.config",
+    "MessagingClient": "unskit.messaging",
+    "QoS": "unskit.messaging",
+    "RequestFuture": "unskit.messaging",
+    "TopicScope": "unskit.messaging",
+    "ComponentApp": "unskit.runtime.component",
+    "Runtime": "unskit.runtime.component",
+    "HealthServer": "unskit.runtime.health",
+    "ReadinessState": "unskit.runtime.health",
+    "configure_logging": "unskit.runtime.logging_config",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'unskit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "MAX_OPAQUE_BYTES",
+    "ComponentApp",
+    "ComponentConfig",
+    "ConfigError",
+    "ConfigIssue",
+    "ConfigLoader",
     "EnvelopeError",
     "EnvelopeStamp",
     "Header",
+    "HealthServer",
     "Identity",
     "Message",
     "MessageBuilder",
+    "MessagingClient",
+    "MessagingError",
+    "Platform",
+    "PublishError",
+    "QoS",
+    "ReadinessState",
+    "RequestFuture",
+    "RequestTimeoutError",
+    "ReservedTopicError",
+    "Runtime",
+    "SecretError",
+    "TopicScope",
     "UnskitError",
+    "UnsupportedQosError",
     "__version__",
+    "configure_logging",
+    "load_config",
 ]
