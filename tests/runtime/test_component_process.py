@@ -204,6 +204,7 @@ def test_mounted_directory_change_is_followed(tmp_path, broker):
         )
     try:
         wait_until(lambda: probe(health_port, "/readyz") == 200, 30, "readiness")
+        wait_until(lambda: "echo running" in log_path.read_text(), 10, "the start-up to end")
         # CLUSTER defaults to the JSON sink: one object per line.
         assert json.loads(log_path.read_text().splitlines()[0])["level"] == "INFO"
         document["logging"] = {"level": "DEBUG"}

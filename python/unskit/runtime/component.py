@@ -253,13 +253,18 @@ class Runtime:
     def run(self, app: ComponentApp, loader: ConfigLoader | None = None) -> int:
         """Starts, installs SIGTERM/SIGINT handlers, follows configuration changes when the
         source is watchable (a mounted directory), blocks until shutdown; returns 0."""
-        self.start(app)
-        assert self._coordinator is not None
-        if loader is not None:
-            watch = loader.watch(lambda config: self.apply_config(config, app))
+        # Watching starts before anything else, so no change slips in during start-up.
+        watch = loader.watch(lambda config: self.apply_config(config, app)) if loader else None
+        try:
+            self.start(app)
+        except BaseException:
             if watch is not None:
-                # First in line: no change is applied while the component drains.
-                self._coordinator.add_drain_step("configuration watch", watch.close, first=True)
+                watch.close()
+            raise
+        assert self._coordinator is not None
+        if watch is not None:
+            # First in line: no change is applied while the component drains.
+            self._coordinator.add_drain_step("configuration watch", watch.close, first=True)
         self._coordinator.install_signal_handlers()
         _log.info("%s running", self.config.component_token)
         # The signal handler shuts down and exits 0 (SystemExit interrupts this wait).
