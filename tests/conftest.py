@@ -20,3 +20,21 @@ def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Mosqu
     mosquitto = Mosquitto(tmp_path_factory.mktemp("mosquitto"), pki).start()
     yield mosquitto
     mosquitto.stop()
+
+
+@pytest.fixture
+def restore_root_logging() -> Iterator[None]:
+    """For tests that run a Runtime in-process: it configures the root logger."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+            handler.close()
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)

@@ -222,3 +222,29 @@ def test_mounted_directory_change_is_followed(tmp_path, broker):
             process.wait(5)
     levels = [json.loads(line)["level"] for line in log_path.read_text().splitlines()]
     assert "DEBUG" in levels, "the new logging level applied live"
+
+
+def test_a_failed_start_up_stops_what_already_started(tmp_path, broker, restore_root_logging):
+    import socket
+
+    from unskit.config import load_config
+    from unskit.runtime.component import Runtime
+    from unskit.runtime.echo import EchoComponent
+
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        scrape_port = taken.getsockname()[1]
+        health_port = free_port()
+        document = json.loads(write_config(tmp_path, broker.plain_port, health_port).read_text())
+        document["metricEmission"] = {"target": "scrape", "targetConfig": {"port": scrape_port}}
+        path = tmp_path / "scrape.json"
+        path.write_text(json.dumps(document))
+        config = load_config(path, thing="gw-02", default_component="echo")
+        runtime = Runtime(config)
+        with pytest.raises(OSError, match="in use"):
+            runtime.start(EchoComponent())
+    assert runtime.shutting_down
+    assert not runtime.get_messaging().connected()
+    assert runtime.health is not None, "the probe server had started"
+    assert probe(health_port, "/livez") is None, "and was stopped again"

@@ -97,6 +97,7 @@ class Runtime:
         self._heartbeat: threading.Thread | None = None
         self._stopped = threading.Event()
         self._coordinator: ShutdownCoordinator | None = None
+        self._app_started = False
         self.events: Events | None = None
 
     # -- the runtime accessors of the specification -------------------------------------
@@ -168,6 +169,15 @@ class Runtime:
             _log.info("health probes on port %s", self.health.port)
         coordinator = ShutdownCoordinator(self.readiness, self.health)
         self._coordinator = coordinator
+        # Registered before anything else starts, so a failed start-up drains the same way.
+        # Order: the component's own work, then what publishes on its behalf, then messaging
+        # (flushes QoS 1/2), then the embedded broker; the health server is last.
+        coordinator.add_drain_step(config.component_token, lambda: self._drain_app(app))
+        coordinator.add_drain_step("heartbeat", self._stop_heartbeat)
+        coordinator.add_drain_step("metrics", self._stop_metrics)
+        coordinator.add_drain_step("messaging", lambda: self.get_messaging().close(DRAIN_TIMEOUT_S))
+        if self.embedded_broker is not None:
+            coordinator.add_drain_step("embedded broker", self.embedded_broker.stop)
 
         local = _LibraryPublisher(self._messaging, northbound=False)
         cloud = (
@@ -189,19 +199,18 @@ class Runtime:
             )
             self._heartbeat.start()
 
-        # Drain order: the component's own work, then what publishes on its behalf, then
-        # messaging (flushes QoS 1/2), then the embedded broker; the health server is last.
-        if app is not None:
-            coordinator.add_drain_step(config.component_token, app.drain)
-        coordinator.add_drain_step("heartbeat", self._stop_heartbeat)
-        if self._reporter is not None:
-            coordinator.add_drain_step("metrics", self._reporter.stop)
-        coordinator.add_drain_step("messaging", lambda: self.get_messaging().close(DRAIN_TIMEOUT_S))
-        if self.embedded_broker is not None:
-            coordinator.add_drain_step("embedded broker", self.embedded_broker.stop)
         if app is not None:
             app.start(self)
+            self._app_started = True
         return self
+
+    def _drain_app(self, app: ComponentApp | None) -> None:
+        if app is not None and self._app_started:
+            app.drain()
+
+    def _stop_metrics(self) -> None:
+        if self._reporter is not None:
+            self._reporter.stop()
 
     def _start_embedded_broker(self, messaging: MessagingConfig) -> MessagingConfig:
         local = messaging.local
