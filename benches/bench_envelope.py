@@ -12,24 +12,13 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 from google.protobuf.internal import api_implementation
-from tests.envelope.samples import IDENTITY, TAGS
+from tests.envelope.samples import IDENTITY, JSON_BODY, TAGS
 from tests.support.proto import envelope_classes, value_from_python
 
 from unskit import Message, MessageBuilder
 
-# A typical reading: about ten fields of JSON, no bytes.
-TYPICAL_BODY = {
-    "temperature": 21.5,
-    "pressure": 101325,
-    "running": True,
-    "mode": "auto",
-    "alarms": [],
-    "setpoints": [20.0, 22.5, 25],
-    "operator": None,
-    "batch": {"id": "B-1001", "qty": 250},
-    "serial": "SN-00042",
-    "cycle": 1843,
-}
+# A typical reading: about ten fields of JSON (the test sample without its bytes field).
+TYPICAL_BODY = {**{k: v for k, v in JSON_BODY.items() if k != "raw"}, "cycle": 1843}
 OPAQUE_BODY = bytes(range(256)) * 16  # 4 KiB
 PB = envelope_classes()
 TARGETS = {"decode_to_dict": 3.0, "build_encode": 2.0}

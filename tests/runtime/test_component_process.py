@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,19 @@ def probe(port: int, path: str) -> int | None:
         return None
     finally:
         connection.close()
+
+
+@contextlib.contextmanager
+def echo_process(log_path: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`unskit run echo ARGS` with its output in `log_path`; killed if still alive after."""
+    with log_path.open("wb") as log:
+        process = subprocess.Popen([*ECHO, *args], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
 
 
 @pytest.fixture
@@ -62,13 +77,7 @@ def test_component_process_probes_drain_and_exit(tmp_path, broker_later):
     health_port = free_port()
     config = write_config(tmp_path, broker_later.plain_port, health_port)
     log_path = tmp_path / "component.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "unskit.cli", "run", "echo", "-c", str(config), "-t", "gw-01"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
+    with echo_process(log_path, "-c", str(config), "-t", "gw-01") as process:
         # Up but not connected: alive, not ready.
         wait_until(lambda: probe(health_port, "/livez") == 200, 20, "the liveness probe")
         assert probe(health_port, "/readyz") == 503
@@ -112,10 +121,6 @@ def test_component_process_probes_drain_and_exit(tmp_path, broker_later):
             poller.join(5)
         finally:
             client.close(2)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(5)
     output = log_path.read_text()
     # Readiness answered 503 during the drain, before the server went away (None).
     answered = [s for s in statuses if s is not None]
@@ -154,34 +159,14 @@ def test_embedded_broker_override(tmp_path):
     broker_port, health_port = free_port(), free_port()
     config = write_config(tmp_path, 1, health_port)
     log_path = tmp_path / "component.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "unskit.cli",
-                "run",
-                "echo",
-                "-c",
-                str(config),
-                "-t",
-                "gw-01",
-                "--broker",
-                f"embedded:{broker_port}",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
+    with echo_process(
+        log_path, "-c", str(config), "-t", "gw-01", "--broker", f"embedded:{broker_port}"
+    ) as process:
         wait_until(
             lambda: probe(health_port, "/readyz") == 200, 30, "readiness on the embedded broker"
         )
         process.send_signal(signal.SIGINT)
         assert process.wait(20) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(5)
     output = log_path.read_text()
     assert f"embedded MQTT broker listening on 127.0.0.1:{broker_port}" in output
     assert output.find("shutdown: draining embedded broker") < output.find(
@@ -196,13 +181,9 @@ def test_mounted_directory_change_is_followed(tmp_path, broker):
     document = json.loads(write_config(tmp_path, broker.plain_port, health_port).read_text())
     (mounted / "config.json").write_text(json.dumps(document))
     log_path = tmp_path / "component.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [*ECHO, "-c", str(mounted), "-t", "gw-01", "--platform", "CLUSTER"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
+    with echo_process(
+        log_path, "-c", str(mounted), "-t", "gw-01", "--platform", "CLUSTER"
+    ) as process:
         wait_until(lambda: probe(health_port, "/readyz") == 200, 30, "readiness")
         wait_until(lambda: "echo running" in log_path.read_text(), 10, "the start-up to end")
         # CLUSTER defaults to the JSON sink: one object per line.
@@ -216,10 +197,6 @@ def test_mounted_directory_change_is_followed(tmp_path, broker):
         assert probe(health_port, "/readyz") == 200
         process.send_signal(signal.SIGTERM)
         assert process.wait(20) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(5)
     levels = [json.loads(line)["level"] for line in log_path.read_text().splitlines()]
     assert "DEBUG" in levels, "the new logging level applied live"
 
