@@ -15,6 +15,7 @@ from unskit.config.model import (
     LoggingConfig,
     MetricEmissionConfig,
     MetricTarget,
+    build_config,
     log_level,
     parse_size,
 )
@@ -375,10 +376,10 @@ def test_sections_are_built_by_their_one_parser() -> None:
 
 
 def test_a_schema_valid_value_a_section_refuses_is_a_config_error() -> None:
-    # The schema admits backupCount 0; the rotating file would then grow without bound.
+    # Built without the schema (which also refuses it): the section's own check still holds.
     document = patched({"logging": {"fileLogging": {"backupCount": 0}}})
     with pytest.raises(ConfigError) as caught:
-        _config(document)
+        build_config(document, thing=THING, platform=Platform.HOST, component_token=TOKEN)
     [issue] = caught.value.issues
     assert issue.path == "$.logging.fileLogging.backupCount"
     assert "at least 1" in issue.message

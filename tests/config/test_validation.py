@@ -417,7 +417,14 @@ BAD: list[tuple[str, Any, Platform, str, tuple[str, ...]]] = [
         patched({"logging": {"fileLogging": {"backupCount": -1}}}),
         Platform.HOST,
         "$.logging.fileLogging.backupCount",
-        (">= 0",),
+        (">= 1",),
+    ),
+    (
+        "backup-count-zero",
+        patched({"logging": {"fileLogging": {"backupCount": 0}}}),
+        Platform.HOST,
+        "$.logging.fileLogging.backupCount",
+        (">= 1",),
     ),
     (
         "heartbeat-interval-zero",
