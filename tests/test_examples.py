@@ -36,3 +36,27 @@ def test_example_validates(path):
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_an_installed_components_schema_checks_its_section(tmp_path):
+    bad = tmp_path / "echo.json"
+    bad.write_text('{"component": {"colour": "red"}, "messaging": {"local": {"host": "embedded"}}}')
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "unskit.cli",
+            "validate",
+            "-c",
+            str(bad),
+            "-t",
+            "gw-01",
+            "--component",
+            "echo",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "$.component" in result.stdout + result.stderr

@@ -21,7 +21,7 @@ from unskit.config.vault import DEFAULT_KEY_ENV, Vault, VaultKey
 from unskit.envelope import Identity, Message, MessageBuilder
 from unskit.errors import ConfigError, ConfigIssue, SecretError
 from unskit.messaging.tools import add_tool_parsers
-from unskit.runtime.component import run_component
+from unskit.runtime.component import load_component, run_component
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -47,7 +47,7 @@ def _demo(_: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     try:
-        component_schema = _read_schema(args.schema) if args.schema else None
+        component_schema = _component_schema(args)
         loader = ConfigLoader(
             args.config,
             thing=args.thing,
@@ -82,6 +82,18 @@ def _validate(args: argparse.Namespace) -> int:
         return _report(exc)
     print(f"OK: {loader.source.location} is valid on {loader.platform.value} ({detail})")
     return EXIT_OK
+
+
+def _component_schema(args: argparse.Namespace) -> Mapping[str, Any] | None:
+    """--schema FILE, else the schema of the installed component named by --component."""
+    if args.schema:
+        return _read_schema(args.schema)
+    if args.component is None:
+        return None
+    try:
+        return load_component(args.component).schema
+    except ConfigError:
+        return None  # not an installed component: only its token is known
 
 
 def _read_schema(path: str) -> dict[str, Any]:
@@ -241,7 +253,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add_config_arguments(validate)
     validate.add_argument(
-        "--component", metavar="TOKEN", help="the component's built-in token, if it has one"
+        "--component",
+        metavar="TOKEN",
+        help="the component's token; an installed component's own schema then checks "
+        "$.component too",
     )
     validate.add_argument(
         "--schema", metavar="FILE", help="the component's JSON Schema for $.component"
