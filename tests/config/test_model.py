@@ -45,7 +45,7 @@ def test_minimal_document_gets_every_default() -> None:
     assert dict(config.tags) == {}
     assert config.topic.root == "uns"
     assert config.topic.include_root is False
-    assert config.topic_root == "uns"
+    assert config.topics.base == f"uns/{THING}/{TOKEN}"
     messaging = config.messaging
     assert messaging.request_timeout_seconds == 30.0
     assert messaging.northbound is None
@@ -127,14 +127,15 @@ def test_config_is_an_envelope_stamp_for_the_message_builder() -> None:
 
 def test_include_root_inserts_first_hierarchy_value_after_root() -> None:
     config = _config(patched({"topic": {"includeRoot": True, "root": "factory/uns"}}))
-    assert config.topic_root == "factory/uns/plant-1"
-    assert config.topic_base() == f"factory/uns/plant-1/{THING}/{TOKEN}"
-    assert config.topic_base("cam-1") == f"factory/uns/plant-1/{THING}/{TOKEN}/cam-1"
+    assert config.topics.base == f"factory/uns/plant-1/{THING}/{TOKEN}"
+    assert config.topics.topic("data", instance="cam-1") == (
+        f"factory/uns/plant-1/{THING}/{TOKEN}/cam-1/data"
+    )
 
 
 def test_topic_base_without_include_root() -> None:
     config = _config(patched({}))
-    assert config.topic_base("i") == f"uns/{THING}/{TOKEN}/i"
+    assert config.topics.topic("evt", instance="i") == f"uns/{THING}/{TOKEN}/i/evt"
 
 
 def test_config_is_frozen_all_the_way_down() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from unskit.errors import ReservedTopicError
 from unskit.messaging import MessagingClient, TopicScope, topic_matches_filter
-from unskit.messaging.topics import check_not_reserved, topic_class
+from unskit.topics import check_not_reserved, topic_class
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ from datetime import datetime
 import pytest
 
 from unskit import Identity, Message
-from unskit.messaging.topics import TopicScope, uns_topic, validate_token
 from unskit.runtime.events import AlarmState, Events, Severity, event_topic
+from unskit.topics import TopicScope, uns_topic, validate_token
 
 SCOPE = TopicScope("uns", "dev-1", "ethernet-ip-adapter")
 HEAD = "uns/dev-1/ethernet-ip-adapter"

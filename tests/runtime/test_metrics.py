@@ -16,7 +16,6 @@ from types import SimpleNamespace
 import pytest
 
 from unskit import Identity, Message
-from unskit.messaging.topics import TopicScope
 from unskit.runtime.metrics import (
     CLOUDMON_MAX_METRICS_PER_LINE,
     PROMETHEUS_CONTENT_TYPE,
@@ -32,6 +31,7 @@ from unskit.runtime.metrics import (
     create_emitter,
     render_prometheus,
 )
+from unskit.topics import TopicScope
 
 FAMILY = "southbound_health"
 T0 = 1_700_000_000_000

@@ -28,6 +28,7 @@ from unskit.config.secrets import Secret, SecretRef, find_secret_refs, redact
 from unskit.config.vault import DEFAULT_KEY_ENV, VaultSecrets
 from unskit.envelope import Identity
 from unskit.errors import ConfigError, ConfigIssue, SecretError
+from unskit.topics import TopicScope
 
 __all__ = [
     "DEFAULT_BACKUP_COUNT",
@@ -580,16 +581,15 @@ class ComponentConfig:
         return self.health.enabled_for(self.platform)
 
     @property
-    def topic_root(self) -> str:
-        """The topic root; with includeRoot, followed by the first hierarchy value."""
+    def topics(self) -> TopicScope:
+        """This component's topics; with includeRoot, the first hierarchy value follows the
+        root."""
+        root_level = None
         if self.topic.include_root:
-            return f"{self.topic.root}/{self.identity_values[self.hierarchy.levels[0]]}"
-        return self.topic.root
-
-    def topic_base(self, instance: str | None = None) -> str:
-        """``{root}/{device}/{component}[/{instance}]``, the prefix of this component's topics."""
-        base = f"{self.topic_root}/{self.thing_name}/{self.component_token}"
-        return base if instance is None else f"{base}/{instance}"
+            root_level = self.identity_values[self.hierarchy.levels[0]]
+        return TopicScope(
+            self.topic.root, self.thing_name, self.component_token, root_level=root_level
+        )
 
     def redacted(self) -> dict[str, Any]:
         """The document as it may be logged: every secret and credential field is ``***``."""

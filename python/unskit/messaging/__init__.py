@@ -2,13 +2,13 @@
 
 from unskit.messaging.client import LinkStats, MessagingClient
 from unskit.messaging.requests import RequestFuture
-from unskit.messaging.topics import (
+from unskit.messaging.transport import QoS, Transport
+from unskit.topics import (
     REPLY_TOPIC_PREFIX,
     RESERVED_CLASSES,
     TopicScope,
     topic_matches_filter,
 )
-from unskit.messaging.transport import QoS, Transport
 
 __all__ = [
     "REPLY_TOPIC_PREFIX",

@@ -17,12 +17,12 @@ from unskit.errors import EnvelopeError, MessagingError, RequestTimeoutError
 from unskit.messaging.mqtt import MqttTransport
 from unskit.messaging.requests import DeadlineTimer, RequestFuture
 from unskit.messaging.subscriptions import Handler, Subscription
-from unskit.messaging.topics import (
+from unskit.messaging.transport import QoS, Transport
+from unskit.topics import (
     REPLY_TOPIC_PREFIX,
     check_not_reserved,
     topic_matches_filter,
 )
-from unskit.messaging.transport import QoS, Transport
 
 __all__ = ["LinkStats", "MessagingClient"]
 

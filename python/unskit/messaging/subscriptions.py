@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 
 from unskit.envelope import Message
-from unskit.messaging.topics import topic_matches_filter
+from unskit.topics import topic_matches_filter
 
 __all__ = ["DEFAULT_MAX_MESSAGES", "UNCAPPED_WORKERS", "Handler", "Subscription"]
 

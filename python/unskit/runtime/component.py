@@ -22,7 +22,7 @@ from unskit.config.loader import ConfigLoader, add_config_arguments
 from unskit.config.model import EMBEDDED_HOST, ComponentConfig, MessagingConfig
 from unskit.envelope import Message, MessageBuilder
 from unskit.errors import ConfigError, ConfigIssue, UnskitError
-from unskit.messaging import MessagingClient, TopicScope
+from unskit.messaging import MessagingClient
 from unskit.runtime.embedded_broker import DEFAULT_EMBEDDED_PORT, EmbeddedBroker
 from unskit.runtime.events import Events
 from unskit.runtime.health import HealthServer, ReadinessState
@@ -79,14 +79,7 @@ class Runtime:
     def __init__(self, config: ComponentConfig) -> None:
         self.config = config
         self.platform = config.platform
-        self.topics = TopicScope(
-            config.topic.root,
-            config.thing_name,
-            config.component_token,
-            root_level=config.identity_values[config.hierarchy.levels[0]]
-            if config.topic.include_root
-            else None,
-        )
+        self.topics = config.topics
         self.metrics = MetricsRegistry()
         self.embedded_broker: EmbeddedBroker | None = None
         self.readiness: ReadinessState | None = None

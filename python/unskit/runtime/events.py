@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from unskit.envelope import EnvelopeStamp, Message, MessageBuilder
-from unskit.messaging.topics import TopicScope, validate_token
+from unskit.topics import TopicScope, validate_token
 
 __all__ = [
     "ALARM_MESSAGE_NAME",

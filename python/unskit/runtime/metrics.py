@@ -52,8 +52,8 @@ from unskit.config.model import (
     MetricTarget,
 )
 from unskit.envelope import EnvelopeStamp, MessageBuilder
-from unskit.messaging.topics import TopicScope, validate_token
 from unskit.runtime.events import Publisher
+from unskit.topics import TopicScope, validate_token
 
 __all__ = [
     "CLOUDMON_MAX_METRICS_PER_LINE",

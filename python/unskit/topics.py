@@ -138,6 +138,12 @@ class TopicScope:
         if self.root_level is not None:
             validate_token(self.root_level, "root level")
 
+    @property
+    def base(self) -> str:
+        """``{root}[/{root_level}]/{device}/{component}``: the head every topic here shares."""
+        head = [self.root, self.root_level, self.device, self.component]
+        return "/".join(part for part in head if part is not None)
+
     def topic(self, topic_class: str, *channel: str, instance: str | None = None) -> str:
         """Builds a topic of this component (instance scope when ``instance`` is given)."""
         return uns_topic(
