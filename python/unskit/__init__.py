@@ -19,6 +19,7 @@ from unskit.envelope import (
     MessageBuilder,
 )
 from unskit.errors import (
+    CommandError,
     ConfigError,
     ConfigIssue,
     EnvelopeError,
@@ -32,6 +33,18 @@ from unskit.errors import (
 )
 
 if TYPE_CHECKING:
+    from unskit.commands import (
+        CommandClient,
+        CommandContext,
+        CommandInbox,
+        ErrorCode,
+        Kind,
+        Page,
+        ReloadOutcome,
+        RequestIdRule,
+        Scope,
+        Verb,
+    )
     from unskit.config import ComponentConfig, ConfigLoader, Platform, load_config
     from unskit.messaging import MessagingClient, QoS, RequestFuture, TopicScope
     from unskit.runtime.component import ComponentApp, Runtime
@@ -39,6 +52,16 @@ if TYPE_CHECKING:
     from unskit.runtime.logging_config import configure_logging
 
 _LAZY = {
+    "CommandClient": "unskit.commands",
+    "CommandContext": "unskit.commands",
+    "CommandInbox": "unskit.commands",
+    "ErrorCode": "unskit.commands",
+    "Kind": "unskit.commands",
+    "Page": "unskit.commands",
+    "ReloadOutcome": "unskit.commands",
+    "RequestIdRule": "unskit.commands",
+    "Scope": "unskit.commands",
+    "Verb": "unskit.commands",
     "ComponentConfig": "unskit.config",
     "ConfigLoader": "unskit.config",
     "Platform": "unskit.config",
@@ -66,6 +89,10 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "MAX_OPAQUE_BYTES",
+    "CommandClient",
+    "CommandContext",
+    "CommandError",
+    "CommandInbox",
     "ComponentApp",
     "ComponentConfig",
     "ConfigError",
@@ -73,25 +100,32 @@ __all__ = [
     "ConfigLoader",
     "EnvelopeError",
     "EnvelopeStamp",
+    "ErrorCode",
     "Header",
     "HealthServer",
     "Identity",
+    "Kind",
     "Message",
     "MessageBuilder",
     "MessagingClient",
     "MessagingError",
+    "Page",
     "Platform",
     "PublishError",
     "QoS",
     "ReadinessState",
+    "ReloadOutcome",
     "RequestFuture",
+    "RequestIdRule",
     "RequestTimeoutError",
     "ReservedTopicError",
     "Runtime",
+    "Scope",
     "SecretError",
     "TopicScope",
     "UnskitError",
     "UnsupportedQosError",
+    "Verb",
     "__version__",
     "configure_logging",
     "load_config",

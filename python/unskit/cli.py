@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from unskit.commands.client import add_call_parser
 from unskit.config.loader import ConfigLoader, add_config_arguments, resolve_config
 from unskit.config.schema import is_topic_level, validate_document
 from unskit.config.secrets import SecretRef
@@ -274,6 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     _add_vault_parser(commands)
     add_tool_parsers(commands)
+    add_call_parser(commands)
     args = parser.parse_args(argv)
     code: int = args.run(args)
     return code

@@ -9,11 +9,14 @@
     │                carries every `ConfigIssue` (JSON path and rule), not just the first
     ├── SecretError: a `$secret` reference or vault that cannot be resolved
     │                (no vault, wrong key, tampered file, unknown secret or field)
-    └── MessagingError: a broker link that cannot do what was asked
-        ├── PublishError: a publish that could not be sent or queued
-        ├── ReservedTopicError (also ValueError): a topic of class state, metric, cfg, log
-        ├── RequestTimeoutError (also TimeoutError): no reply before the deadline
-        └── UnsupportedQosError (also ValueError): a QoS the transport cannot give
+    ├── MessagingError: a broker link that cannot do what was asked
+    │   ├── PublishError: a publish that could not be sent or queued
+    │   ├── ReservedTopicError (also ValueError): a topic of class state, metric, cfg, log
+    │   ├── RequestTimeoutError (also TimeoutError): no reply before the deadline
+    │   └── UnsupportedQosError (also ValueError): a QoS the transport cannot give
+    └── CommandError: a command verb's failure, carrying the spec's errorCode and errorMessage;
+                      raised by verb handlers (the inbox replies with it) and by
+                      `CommandClient.call` when the reply is a failure
 
 The Rust core's errors are mapped to these classes in ``rust/unskit-py/src/errors.rs``.
 """
@@ -24,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = [
+    "CommandError",
     "ConfigError",
     "ConfigIssue",
     "EnvelopeError",
@@ -99,3 +103,16 @@ class RequestTimeoutError(MessagingError, TimeoutError):
 
 class UnsupportedQosError(MessagingError, ValueError):
     """A QoS the transport cannot give, such as QoS 2 on the edge-runtime IPC bus."""
+
+
+class CommandError(UnskitError):
+    """A command that failed with one of the spec's error codes (``BAD_ARGS``, ...)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = str(code)
+        self.message = message
+        super().__init__(f"{self.code}: {message}")
+
+    def to_body(self) -> dict[str, str]:
+        """The failure reply body: ``{"errorCode": ..., "errorMessage": ...}``."""
+        return {"errorCode": self.code, "errorMessage": self.message}

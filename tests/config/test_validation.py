@@ -593,6 +593,7 @@ def test_framework_schema_is_a_valid_draft_2020_12_schema() -> None:
         "metricEmission",
         "logging",
         "heartbeat",
+        "commands",
         "health",
     }
 

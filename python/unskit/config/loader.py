@@ -16,7 +16,12 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from unskit.config.model import ComponentConfig, build_config
+from unskit.config.model import (
+    DEFAULT_EMBEDDED_PORT,
+    EMBEDDED_HOST,
+    ComponentConfig,
+    build_config,
+)
 from unskit.config.platform import Platform, detect_platform
 from unskit.config.schema import is_topic_level, validate_document
 from unskit.config.sources import ConfigProvider, ConfigSource, Watch, open_source
@@ -27,6 +32,7 @@ __all__ = [
     "THING_ENV_VARS",
     "ConfigLoader",
     "add_config_arguments",
+    "apply_broker_override",
     "load_config",
     "resolve_config",
     "resolve_thing_name",
@@ -110,6 +116,7 @@ class ConfigLoader:
         provider: ConfigProvider | None = None,
         component_schema: Mapping[str, Any] | None = None,
         default_component: str | None = None,
+        broker: str | None = None,
     ) -> None:
         env = os.environ if environ is None else environ
         try:
@@ -122,6 +129,8 @@ class ConfigLoader:
         self.thing = resolve_thing_name(thing, env)
         self.component_schema = component_schema
         self.default_component = default_component
+        #: `--broker HOST:PORT`: replaces messaging.local in every document read, reloads too.
+        self.broker = broker
         self._lock = threading.Lock()
         self._current: ComponentConfig | None = None
 
@@ -131,8 +140,11 @@ class ConfigLoader:
         return self._current
 
     def read(self) -> dict[str, Any]:
-        """The raw document from the source (parsed, not validated)."""
-        return self.source.read()
+        """The raw document from the source (parsed, not validated), `broker` applied."""
+        return self._override(self.source.read())
+
+    def _override(self, document: dict[str, Any]) -> dict[str, Any]:
+        return document if self.broker is None else apply_broker_override(document, self.broker)
 
     def resolve(self, document: Mapping[str, Any]) -> ComponentConfig:
         """Validates and resolves a document with this loader's thing, platform and schema."""
@@ -176,7 +188,7 @@ class ConfigLoader:
 
         def changed(document: dict[str, Any]) -> None:
             try:
-                config = self.resolve(document)
+                config = self.resolve(self._override(document))
             except ConfigError as exc:
                 rejected(exc)
                 return
@@ -232,3 +244,21 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="P",
         help="HOST, CLUSTER or EDGE_RUNTIME (default: $UNSKIT_PLATFORM, else detected)",
     )
+
+
+def apply_broker_override(document: dict[str, Any], broker: str) -> dict[str, Any]:
+    """`--broker HOST:PORT` or `--broker embedded[:PORT]` replaces messaging.local's address."""
+    host, _, port_text = broker.rpartition(":") if ":" in broker else (broker, "", "")
+    if not host:
+        raise ConfigError([ConfigIssue("--broker", "expects HOST:PORT or embedded[:PORT]")])
+    messaging = dict(document.get("messaging") or {})
+    local = dict(messaging.get("local") or {})
+    local["host"] = host
+    if port_text:
+        if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+            raise ConfigError([ConfigIssue("--broker", f"port {port_text!r} is not 0..65535")])
+        local["port"] = int(port_text)
+    elif host == EMBEDDED_HOST:
+        local.setdefault("port", DEFAULT_EMBEDDED_PORT)
+    messaging["local"] = local
+    return {**document, "messaging": messaging}

@@ -17,9 +17,11 @@ import enum
 import json
 import logging
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeGuard
 
@@ -33,6 +35,7 @@ from unskit.topics import TopicScope
 __all__ = [
     "DEFAULT_BACKUP_COUNT",
     "DEFAULT_CLOUDMON_NAMESPACE",
+    "DEFAULT_EMBEDDED_PORT",
     "DEFAULT_HEALTH_PORT",
     "DEFAULT_LEVEL",
     "DEFAULT_LEVELS",
@@ -50,6 +53,7 @@ __all__ = [
     "JSON_FORMAT",
     "BrokerConfig",
     "BrokerCredentials",
+    "CommandsConfig",
     "ComponentConfig",
     "CredentialsConfig",
     "FileLoggingConfig",
@@ -76,6 +80,8 @@ DEFAULT_REQUEST_TIMEOUT_SECONDS = 30.0
 DEFAULT_MQTT_PORT = 1883
 DEFAULT_MQTT_TLS_PORT = 8883
 EMBEDDED_HOST = "embedded"
+# The embedded broker's port when `--broker embedded` names none.
+DEFAULT_EMBEDDED_PORT = 1883
 DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 60.0
 
 DEFAULT_HEALTH_PORT = 8081
@@ -476,6 +482,32 @@ class HeartbeatConfig:
     interval_seconds: float = DEFAULT_HEARTBEAT_INTERVAL_SECONDS
 
 
+@dataclass(frozen=True)
+class CommandsConfig:
+    """The ``commands`` section: where the inbox keeps idempotency records, and its bounds."""
+
+    state_dir: str | None = None
+    max_concurrency: int = 8
+    max_queued: int = 1000
+    idempotency_retention_hours: float = 24.0
+    max_idempotency_records: int = 100_000
+    cursor_ttl_seconds: float = 300.0
+    durable_sync: bool = False
+
+    def store_path(self, thing: str, component: str) -> Path:
+        """``{stateDir}/{thing}/{component}/commands.sqlite3``; the state directory defaults
+        to $UNSKIT_STATE_DIR, else $XDG_STATE_HOME/unskit, else ~/.local/state/unskit."""
+        if self.state_dir is not None:
+            base = Path(self.state_dir)
+        elif os.environ.get("UNSKIT_STATE_DIR"):
+            base = Path(os.environ["UNSKIT_STATE_DIR"])
+        elif os.environ.get("XDG_STATE_HOME"):
+            base = Path(os.environ["XDG_STATE_HOME"]) / "unskit"
+        else:
+            base = Path.home() / ".local" / "state" / "unskit"
+        return base / thing / component / "commands.sqlite3"
+
+
 def profile_health_enabled(platform: Platform | None) -> bool:
     """The platform default for the probe server: on for CLUSTER only."""
     return platform is Platform.CLUSTER
@@ -564,6 +596,7 @@ class ComponentConfig:
     metric_emission: MetricEmissionConfig
     logging: LoggingConfig
     heartbeat: HeartbeatConfig
+    commands: CommandsConfig
     health: HealthConfig
     document: Mapping[str, Any] = field(repr=False)
     source: str | None = field(default=None, compare=False)
@@ -678,6 +711,7 @@ def build_config(
         metric_emission=metric_emission,
         logging=logging_config,
         heartbeat=_heartbeat(_section(document, "heartbeat")),
+        commands=_commands(_section(document, "commands")),
         health=health,
         document=freeze(document),
         source=source,
@@ -730,6 +764,23 @@ def _broker(block: Mapping[str, Any], role: str, thing: str, token: str) -> Brok
         client_id=block.get("clientId", f"{thing}-{token}"),
         qos=QosConfig(publish=qos.get("publish", 1), subscribe=qos.get("subscribe", 1)),
         credentials=credentials,
+    )
+
+
+def _commands(section: Mapping[str, Any]) -> CommandsConfig:
+    defaults = CommandsConfig()
+    return CommandsConfig(
+        state_dir=section.get("stateDir"),
+        max_concurrency=section.get("maxConcurrency", defaults.max_concurrency),
+        max_queued=section.get("maxQueued", defaults.max_queued),
+        idempotency_retention_hours=float(
+            section.get("idempotencyRetentionHours", defaults.idempotency_retention_hours)
+        ),
+        max_idempotency_records=section.get(
+            "maxIdempotencyRecords", defaults.max_idempotency_records
+        ),
+        cursor_ttl_seconds=float(section.get("cursorTtlSeconds", defaults.cursor_ttl_seconds)),
+        durable_sync=section.get("durableSync", defaults.durable_sync),
     )
 
 

@@ -8,22 +8,27 @@ A component is a `ComponentApp`: it gets the `Runtime` in `start()` and drains i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol
 
+from unskit.commands.codes import ErrorCode
+from unskit.commands.idempotency import IdempotencyStore
+from unskit.commands.inbox import CommandInbox
+from unskit.commands.verbs import CommandContext, ReloadOutcome, RequestIdRule, Verb
 from unskit.config.loader import ConfigLoader, add_config_arguments
 from unskit.config.model import EMBEDDED_HOST, ComponentConfig, MessagingConfig
 from unskit.envelope import Message, MessageBuilder
-from unskit.errors import ConfigError, ConfigIssue, UnskitError
+from unskit.errors import CommandError, ConfigError, ConfigIssue, UnskitError
 from unskit.messaging import MessagingClient
-from unskit.runtime.embedded_broker import DEFAULT_EMBEDDED_PORT, EmbeddedBroker
+from unskit.runtime.embedded_broker import EmbeddedBroker
 from unskit.runtime.events import Events
 from unskit.runtime.health import HealthServer, ReadinessState
 from unskit.runtime.logging_config import configure_logging
@@ -33,6 +38,7 @@ from unskit.runtime.shutdown import ShutdownCoordinator
 __all__ = [
     "COMPONENT_ENTRY_POINTS",
     "ComponentApp",
+    "ReconfigurableApp",
     "Runtime",
     "load_component",
     "run_component",
@@ -59,6 +65,14 @@ class ComponentApp(Protocol):
 
     def drain(self) -> None:
         """Finishes in-flight work; called once at shutdown, before messaging closes."""
+        ...
+
+
+class ReconfigurableApp(ComponentApp, Protocol):
+    """A component that applies a changed configuration live (and so offers reload-config)."""
+
+    def reconfigure(self, config: ComponentConfig) -> ReloadOutcome | None:
+        """Applies `config`; raises ConfigError to reject it and keep the running one."""
         ...
 
 
@@ -91,6 +105,9 @@ class Runtime:
         self._stopped = threading.Event()
         self._coordinator: ShutdownCoordinator | None = None
         self._app_started = False
+        self._app: ComponentApp | None = None
+        self._loader: ConfigLoader | None = None
+        self._inbox: CommandInbox | None = None
         self.events: Events | None = None
 
     # -- the runtime accessors of the specification -------------------------------------
@@ -100,6 +117,35 @@ class Runtime:
         if self._messaging is None:
             raise UnskitError("the runtime is not started: messaging is not available yet")
         return self._messaging
+
+    def command_inbox(self, instances: Callable[[], Collection[str]] | None = None) -> CommandInbox:
+        """The component's command inbox, created on first call (from `start()`); its
+        verbs are served once `start()` returns. `instances` lists the configured
+        instance ids the inbox resolves addressing against."""
+        if self._inbox is None:
+            messaging = self.get_messaging()
+            commands = self.config.commands
+            store = IdempotencyStore(
+                commands.store_path(self.config.thing_name, self.config.component_token),
+                retention_seconds=commands.idempotency_retention_hours * 3600,
+                max_records=commands.max_idempotency_records,
+                synchronous_full=commands.durable_sync,
+            )
+            self._inbox = CommandInbox(
+                messaging,
+                self.topics,
+                store=store,
+                instances=instances or tuple,
+                stamp=self.config,
+                max_concurrency=commands.max_concurrency,
+                max_queued=commands.max_queued,
+                cursor_ttl_seconds=commands.cursor_ttl_seconds,
+                on_outcome=self._count_command,
+            )
+        return self._inbox
+
+    def _count_command(self, verb: str, outcome: str) -> None:
+        self.metrics.counter("commands", "replies", {"verb": verb, "outcome": outcome}).inc()
 
     def set_ready(self, ready: bool) -> None:
         """Sets the component's readiness gate; a no-op when the probe server is disabled."""
@@ -121,9 +167,12 @@ class Runtime:
 
     # -- wiring ---------------------------------------------------------------------------
 
-    def start(self, app: ComponentApp | None = None) -> Runtime:
+    def start(self, app: ComponentApp | None = None, loader: ConfigLoader | None = None) -> Runtime:
         """Starts logging, the embedded broker, messaging, probes, metrics, heartbeat, `app`;
-        on a failure, stops what already started and raises."""
+        on a failure, stops what already started and raises. `loader` is the configuration
+        source the reload-config verb reads again."""
+        if loader is not None:
+            self._loader = loader
         try:
             return self._start(app)
         except BaseException:
@@ -165,7 +214,9 @@ class Runtime:
         # Registered before anything else starts, so a failed start-up drains the same way.
         # Order: the component's own work, then what publishes on its behalf, then messaging
         # (flushes QoS 1/2), then the embedded broker; the health server is last.
+        coordinator.add_drain_step("command inbox", self._refuse_commands)
         coordinator.add_drain_step(config.component_token, lambda: self._drain_app(app))
+        coordinator.add_drain_step("held commands", self._close_commands)
         coordinator.add_drain_step("heartbeat", self._stop_heartbeat)
         coordinator.add_drain_step("metrics", self._stop_metrics)
         coordinator.add_drain_step("messaging", lambda: self.get_messaging().close(DRAIN_TIMEOUT_S))
@@ -193,9 +244,48 @@ class Runtime:
             self._heartbeat.start()
 
         if app is not None:
+            self._app = app
             app.start(self)
             self._app_started = True
+        if self._inbox is not None:
+            self._inbox.register(self._reload_verb(app))
+            self._inbox.start()
         return self
+
+    def _reload_verb(self, app: ComponentApp | None) -> Verb:
+        reason = None
+        if getattr(app, "reconfigure", None) is None:
+            reason = "this component applies configuration changes only at restart"
+        return Verb(
+            "reload-config",
+            self._reload,
+            request_id=RequestIdRule.REQUIRED,
+            enabled=reason is None,
+            disabled_reason=reason,
+            summary="re-read the configuration source and apply it live",
+        )
+
+    def _reload(self, _context: CommandContext) -> dict[str, list[str]]:
+        if self._loader is None or self._app is None:
+            raise CommandError(
+                ErrorCode.UNSUPPORTED_CAPABILITY, "this runtime has no configuration source"
+            )
+        try:
+            config = self._loader.resolve(self._loader.read())
+        except ConfigError as error:
+            raise CommandError(
+                ErrorCode.BAD_ARGS, f"the configuration was rejected, the running one kept: {error}"
+            ) from None
+        outcome = self.apply_config(config, self._app)
+        return (outcome or ReloadOutcome()).to_body()
+
+    def _refuse_commands(self) -> None:
+        if self._inbox is not None:
+            self._inbox.stop_accepting()
+
+    def _close_commands(self) -> None:
+        if self._inbox is not None:
+            self._inbox.close()
 
     def _drain_app(self, app: ComponentApp | None) -> None:
         if app is not None and self._app_started:
@@ -231,21 +321,37 @@ class Runtime:
             except UnskitError as error:
                 _log.warning("heartbeat not published: %s", error)
 
-    def apply_config(self, config: ComponentConfig, app: ComponentApp) -> None:
+    def apply_config(self, config: ComponentConfig, app: ComponentApp) -> ReloadOutcome | None:
         """A changed, valid configuration: logging follows at once; the component applies
-        the rest through its `reconfigure(config)` if it has one, else a restart does."""
+        the rest through its `reconfigure(config)` if it has one, else a restart does.
+        While it applies, every command verb answers DEVICE_UNAVAILABLE."""
+        with self._inbox.draining() if self._inbox is not None else contextlib.nullcontext():
+            return self._apply_config(config, app)
+
+    def _apply_config(self, config: ComponentConfig, app: ComponentApp) -> ReloadOutcome | None:
+        reconfigure = getattr(app, "reconfigure", None)
+        outcome: ReloadOutcome | None = None
+        if reconfigure is not None:
+            # A rejection (ConfigError) leaves the running configuration in place.
+            outcome = reconfigure(config)
         previous, self.config = self.config, config
         if config.logging != previous.logging:
             configure_logging(config.logging, config.platform)
-        reconfigure = getattr(app, "reconfigure", None)
-        if reconfigure is not None:
-            reconfigure(config)
-        elif config.document != previous.document:
+        if outcome is not None and self.events is not None:
+            self.events.info("config-applied", outcome.to_body())
+        if reconfigure is None and config.document != previous.document:
             _log.warning(
                 "configuration changed; %s applies only logging changes live, restart it "
                 "to apply the rest",
                 config.component_token,
             )
+        return outcome
+
+    def _apply_watched(self, config: ComponentConfig, app: ComponentApp) -> None:
+        try:
+            self.apply_config(config, app)
+        except ConfigError as error:
+            _log.warning("configuration change rejected, keeping the running one: %s", error)
 
     def _stop_heartbeat(self) -> None:
         self._heartbeat_stop.set()
@@ -256,9 +362,9 @@ class Runtime:
         """Starts, installs SIGTERM/SIGINT handlers, follows configuration changes when the
         source is watchable (a mounted directory), blocks until shutdown; returns 0."""
         # Watching starts before anything else, so no change slips in during start-up.
-        watch = loader.watch(lambda config: self.apply_config(config, app)) if loader else None
+        watch = loader.watch(lambda config: self._apply_watched(config, app)) if loader else None
         try:
-            self.start(app)
+            self.start(app, loader)
         except BaseException:
             if watch is not None:
                 watch.close()
@@ -292,27 +398,12 @@ def load_component(name: str) -> type[ComponentApp]:
     )
 
 
-def apply_broker_override(document: dict[str, Any], broker: str) -> dict[str, Any]:
-    """`--broker HOST:PORT` or `--broker embedded[:PORT]` replaces messaging.local's address."""
-    host, _, port_text = broker.rpartition(":") if ":" in broker else (broker, "", "")
-    if not host:
-        raise ConfigError([ConfigIssue("--broker", "expects HOST:PORT or embedded[:PORT]")])
-    messaging = dict(document.get("messaging") or {})
-    local = dict(messaging.get("local") or {})
-    local["host"] = host
-    if port_text:
-        if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-            raise ConfigError([ConfigIssue("--broker", f"port {port_text!r} is not 0..65535")])
-        local["port"] = int(port_text)
-    elif host == EMBEDDED_HOST:
-        local.setdefault("port", DEFAULT_EMBEDDED_PORT)
-    messaging["local"] = local
-    return {**document, "messaging": messaging}
-
-
-def run_component(name: str, argv: Sequence[str]) -> int:
+def run_component(
+    name: str, argv: Sequence[str], app_class: type[ComponentApp] | None = None
+) -> int:
     """`unskit run NAME -c FILE -t THING [--broker HOST:PORT]`: exit 0 after a clean shutdown,
-    2 when the configuration is refused (nothing started)."""
+    2 when the configuration is refused (nothing started). `app_class` runs a component that
+    is not installed under `name` (a script's own)."""
     parser = argparse.ArgumentParser(prog=f"unskit run {name}")
     add_config_arguments(parser)
     parser.add_argument(
@@ -322,18 +413,17 @@ def run_component(name: str, argv: Sequence[str]) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        app_class = load_component(name)
+        if app_class is None:
+            app_class = load_component(name)
         loader = ConfigLoader(
             args.config,
             thing=args.thing,
             platform=args.platform,
             component_schema=app_class.schema,
             default_component=app_class.token,
+            broker=args.broker,
         )
-        document = loader.read()
-        if args.broker:
-            document = apply_broker_override(document, args.broker)
-        config = loader.resolve(document)
+        config = loader.load()
     except ConfigError as error:
         print(f"unskit run {name}: {error}", file=sys.stderr)
         return 2

@@ -12,13 +12,13 @@ import logging
 import threading
 from typing import Any
 
+from unskit.config.model import DEFAULT_EMBEDDED_PORT
 from unskit.errors import MessagingError
 
 __all__ = ["DEFAULT_EMBEDDED_PORT", "EmbeddedBroker"]
 
 _log = logging.getLogger(__name__)
 
-DEFAULT_EMBEDDED_PORT = 1883
 _START_TIMEOUT_S = 10.0
 _STOP_TIMEOUT_S = 10.0
 

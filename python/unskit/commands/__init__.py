@@ -1,0 +1,73 @@
+"""The command inbox: cmd/sb verbs with declared scope and kind, strict bodies,
+idempotency, paging and the built-in describe and reload-config verbs."""
+
+from unskit.commands.client import CommandClient, reply_body
+from unskit.commands.codes import ErrorCode
+from unskit.commands.fields import (
+    CURSOR,
+    ID,
+    INSTANCE,
+    LIMIT,
+    MAX_BODY_BYTES,
+    REASON,
+    REQUEST_ID,
+    BodySpec,
+    Boolean,
+    Choice,
+    FieldType,
+    Integer,
+    JsonObject,
+    ListOf,
+    Number,
+    ObjectOf,
+    Param,
+    Text,
+    bad_args,
+)
+from unskit.commands.idempotency import IdempotencyStore
+from unskit.commands.inbox import CommandInbox, InboxStats, single_instance
+from unskit.commands.verbs import (
+    CommandContext,
+    Kind,
+    Page,
+    ReloadOutcome,
+    RequestIdRule,
+    Scope,
+    Verb,
+)
+
+__all__ = [
+    "CURSOR",
+    "ID",
+    "INSTANCE",
+    "LIMIT",
+    "MAX_BODY_BYTES",
+    "REASON",
+    "REQUEST_ID",
+    "BodySpec",
+    "Boolean",
+    "Choice",
+    "CommandClient",
+    "CommandContext",
+    "CommandInbox",
+    "ErrorCode",
+    "FieldType",
+    "IdempotencyStore",
+    "InboxStats",
+    "Integer",
+    "JsonObject",
+    "Kind",
+    "ListOf",
+    "Number",
+    "ObjectOf",
+    "Page",
+    "Param",
+    "ReloadOutcome",
+    "RequestIdRule",
+    "Scope",
+    "Text",
+    "Verb",
+    "bad_args",
+    "reply_body",
+    "single_instance",
+]

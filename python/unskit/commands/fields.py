@@ -1,0 +1,332 @@
+"""Strict command bodies: each verb declares its fields; anything else is BAD_ARGS naming
+the field. The shared validators carry the specification's limits."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from unskit.commands.codes import ErrorCode
+from unskit.errors import CommandError
+
+__all__ = [
+    "CURSOR",
+    "ID",
+    "INSTANCE",
+    "LIMIT",
+    "MAX_BODY_BYTES",
+    "REASON",
+    "REQUEST_ID",
+    "BodySpec",
+    "Boolean",
+    "Choice",
+    "FieldType",
+    "Integer",
+    "JsonObject",
+    "ListOf",
+    "Number",
+    "ObjectOf",
+    "Param",
+    "Text",
+    "bad_args",
+]
+
+# A command body larger than this is refused before it is parsed field by field: it is
+# the envelope's own opaque bound, so any body an envelope carries is judged, not dropped.
+MAX_BODY_BYTES = 64 * 1024
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_INSTANCE_TOKEN = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def bad_args(message: str) -> CommandError:
+    """A BAD_ARGS failure; the message names the field."""
+    return CommandError(ErrorCode.BAD_ARGS, message)
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+class FieldType:
+    """A field's type and range; `check` returns the value or raises BAD_ARGS."""
+
+    kind = "any"
+
+    def check(self, value: Any, path: str) -> Any:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON summary for the describe verb."""
+        return {"type": self.kind}
+
+    @staticmethod
+    def _wrong_type(path: str, expected: str, value: object) -> CommandError:
+        return bad_args(f"{path} must be {expected}, not {_type_name(value)}")
+
+
+@dataclass(frozen=True)
+class Text(FieldType):
+    """A string bounded in UTF-8 bytes; optionally free of control characters, or matching
+    a pattern (the whole string)."""
+
+    min_bytes: int = 1
+    max_bytes: int = 256
+    no_control: bool = False
+    pattern: re.Pattern[str] | None = None
+    pattern_text: str = ""
+    kind = "string"
+
+    def check(self, value: Any, path: str) -> str:
+        if not isinstance(value, str):
+            raise self._wrong_type(path, "a string", value)
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if size < self.min_bytes or size > self.max_bytes:
+            bounds = f"{self.min_bytes} to {self.max_bytes}"
+            raise bad_args(f"{path} must be {bounds} bytes long, not {size}")
+        if self.no_control and _CONTROL.search(value):
+            raise bad_args(f"{path} must not contain control characters")
+        if self.pattern is not None and not self.pattern.fullmatch(value):
+            raise bad_args(f"{path} must be {self.pattern_text}")
+        return value
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": "string", "minBytes": self.min_bytes, "maxBytes": self.max_bytes}
+
+
+@dataclass(frozen=True)
+class Integer(FieldType):
+    """A whole number (JSON integers; 3.0 is accepted as 3, booleans are not numbers)."""
+
+    minimum: int | None = None
+    maximum: int | None = None
+    kind = "integer"
+
+    def check(self, value: Any, path: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._wrong_type(path, "an integer", value)
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise bad_args(f"{path} must be an integer, not {value!r}")
+            value = int(value)
+        _check_range(path, value, self.minimum, self.maximum)
+        return int(value)
+
+    def describe(self) -> dict[str, Any]:
+        return _with_range({"type": "integer"}, self.minimum, self.maximum)
+
+
+@dataclass(frozen=True)
+class Number(FieldType):
+    """A finite number."""
+
+    minimum: float | None = None
+    maximum: float | None = None
+    kind = "number"
+
+    def check(self, value: Any, path: str) -> float | int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._wrong_type(path, "a number", value)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise bad_args(f"{path} must be a finite number")
+        _check_range(path, value, self.minimum, self.maximum)
+        return value
+
+    def describe(self) -> dict[str, Any]:
+        return _with_range({"type": "number"}, self.minimum, self.maximum)
+
+
+@dataclass(frozen=True)
+class Boolean(FieldType):
+    kind = "boolean"
+
+    def check(self, value: Any, path: str) -> bool:
+        if not isinstance(value, bool):
+            raise self._wrong_type(path, "true or false", value)
+        return value
+
+
+@dataclass(frozen=True)
+class Choice(FieldType):
+    """One of a fixed set of strings."""
+
+    choices: tuple[str, ...] = ()
+    kind = "string"
+
+    def check(self, value: Any, path: str) -> str:
+        if not isinstance(value, str) or value not in self.choices:
+            raise bad_args(f"{path} must be one of {', '.join(self.choices)}")
+        return value
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": "string", "enum": list(self.choices)}
+
+
+@dataclass(frozen=True)
+class ListOf(FieldType):
+    """An array of items of one type."""
+
+    item: FieldType = field(default_factory=FieldType)
+    min_items: int = 0
+    max_items: int = 1000
+    kind = "array"
+
+    def check(self, value: Any, path: str) -> list[Any]:
+        if not isinstance(value, list):
+            raise self._wrong_type(path, "an array", value)
+        if not self.min_items <= len(value) <= self.max_items:
+            bounds = f"{self.min_items} to {self.max_items}"
+            raise bad_args(f"{path} must hold {bounds} items, not {len(value)}")
+        return [self.item.check(item, f"{path}[{i}]") for i, item in enumerate(value)]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "type": "array",
+            "items": self.item.describe(),
+            "minItems": self.min_items,
+            "maxItems": self.max_items,
+        }
+
+
+@dataclass(frozen=True)
+class JsonObject(FieldType):
+    """A free-form JSON object (metadata), bounded by its encoded size."""
+
+    max_bytes: int = 16 * 1024
+    kind = "object"
+
+    def check(self, value: Any, path: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self._wrong_type(path, "an object", value)
+        size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+        if size > self.max_bytes:
+            raise bad_args(f"{path} encodes to {size} bytes; the bound is {self.max_bytes}")
+        return value
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": "object", "maxBytes": self.max_bytes}
+
+
+@dataclass(frozen=True)
+class Param:
+    """A declared body field: its type, whether it must be present, and its default."""
+
+    type: FieldType
+    required: bool = False
+    default: Any = None
+
+
+@dataclass(frozen=True)
+class ObjectOf(FieldType):
+    """A nested object with its own declared fields, parsed as strictly as a body."""
+
+    fields: Mapping[str, Param] = field(default_factory=dict)
+    kind = "object"
+
+    def check(self, value: Any, path: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self._wrong_type(path, "an object", value)
+        return _check_fields(self.fields, value, f"{path}.")
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": "object", "fields": _describe_fields(self.fields)}
+
+
+class BodySpec:
+    """The declared fields of one verb's body; nothing else is accepted."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: Mapping[str, Param] | None = None) -> None:
+        self.fields: dict[str, Param] = dict(fields or {})
+
+    def with_fields(self, extra: Mapping[str, Param]) -> BodySpec:
+        """A copy with more fields (the inbox adds instance, requestId, limit and cursor)."""
+        return BodySpec({**extra, **self.fields})
+
+    @property
+    def names(self) -> Iterable[str]:
+        return self.fields.keys()
+
+    def check(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """The body with defaults filled in; BAD_ARGS names the first broken field."""
+        return _check_fields(self.fields, body, "")
+
+    def describe(self) -> dict[str, Any]:
+        return _describe_fields(self.fields)
+
+
+def _check_fields(
+    fields: Mapping[str, Param], body: Mapping[str, Any], prefix: str
+) -> dict[str, Any]:
+    for name in body:
+        if name not in fields:
+            raise bad_args(f"unknown field {prefix}{name}")
+    checked: dict[str, Any] = {}
+    for name, param in fields.items():
+        if name in body:
+            checked[name] = param.type.check(body[name], prefix + name)
+        elif param.required:
+            raise bad_args(f"missing required field {prefix}{name}")
+        elif param.default is not None:
+            checked[name] = param.default
+    return checked
+
+
+def _describe_fields(fields: Mapping[str, Param]) -> dict[str, Any]:
+    described = {}
+    for name, param in fields.items():
+        entry = param.type.describe()
+        entry["required"] = param.required
+        if param.default is not None:
+            entry["default"] = param.default
+        described[name] = entry
+    return described
+
+
+def _check_range(path: str, value: float, minimum: float | None, maximum: float | None) -> None:
+    if minimum is not None and value < minimum:
+        raise bad_args(f"{path} must be at least {minimum}, not {value}")
+    if maximum is not None and value > maximum:
+        raise bad_args(f"{path} must be at most {maximum}, not {value}")
+
+
+def _with_range(
+    summary: dict[str, Any], minimum: float | None, maximum: float | None
+) -> dict[str, Any]:
+    if minimum is not None:
+        summary["minimum"] = minimum
+    if maximum is not None:
+        summary["maximum"] = maximum
+    return summary
+
+
+# The specification's shared limits.
+REQUEST_ID = Text(min_bytes=1, max_bytes=256, no_control=True)
+INSTANCE = Text(
+    min_bytes=1,
+    max_bytes=128,
+    pattern=_INSTANCE_TOKEN,
+    pattern_text="ASCII letters, digits, dot, underscore or hyphen",
+)
+LIMIT = Integer(minimum=1, maximum=1000)
+DEFAULT_LIMIT = 100
+CURSOR = Text(min_bytes=1, max_bytes=4096)
+ID = Text(min_bytes=1, max_bytes=256, no_control=True)
+REASON = Text(min_bytes=0, max_bytes=1024)

@@ -1,0 +1,196 @@
+"""Durable idempotency records for mutating verbs, keyed on (component, scope, requestId)
+with a canonical hash of the arguments, in SQLite (WAL)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Claim", "ClaimKind", "IdempotencyKey", "IdempotencyStore", "arguments_hash"]
+
+_log = logging.getLogger(__name__)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS idempotency (
+    component TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    args_hash TEXT NOT NULL,
+    boot_id TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'done')),
+    outcome TEXT,
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    PRIMARY KEY (component, scope, request_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idempotency_age ON idempotency (updated_ms);
+"""
+
+# Pruning runs at open and then after this many new records, so it costs nothing per request.
+_PRUNE_EVERY = 1000
+
+
+def arguments_hash(namespace: str, arguments: Mapping[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of the namespace and the arguments."""
+    canonical = json.dumps(
+        {"namespace": namespace, "arguments": arguments},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class IdempotencyKey:
+    component: str
+    #: The addressed instance, or "" for the component namespace.
+    scope: str
+    request_id: str
+
+
+class ClaimKind(Enum):
+    NEW = "new"  # run the operation, then complete() or forget()
+    REPLAY = "replay"  # the original outcome, to send again
+    IN_FLIGHT = "in-flight"  # the same operation is running now: wait on `waiter`
+    CONFLICT = "conflict"  # the requestId was used with other arguments
+    UNKNOWN = "unknown"  # an earlier process started it and never recorded the outcome
+
+
+@dataclass(frozen=True)
+class Claim:
+    kind: ClaimKind
+    outcome: Mapping[str, Any] | None = None
+    waiter: Future[Mapping[str, Any]] | None = None
+
+
+class IdempotencyStore:
+    """One SQLite file per component; safe to share between the inbox's worker threads."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        retention_seconds: float = 24 * 3600,
+        max_records: int = 100_000,
+        synchronous_full: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.retention_seconds = retention_seconds
+        self.max_records = max_records
+        # Each process run has its own id: a pending record of another run lost its outcome.
+        self.boot_id = uuid.uuid4().hex
+        self._lock = threading.Lock()
+        self._waiters: dict[IdempotencyKey, Future[Mapping[str, Any]]] = {}
+        self._since_prune = 0
+        self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # NORMAL survives a killed process (the WAL is in the OS); FULL also a power cut.
+        self._db.execute(f"PRAGMA synchronous={'FULL' if synchronous_full else 'NORMAL'}")
+        self._db.executescript(_SCHEMA)
+        self.prune()
+
+    def claim(self, key: IdempotencyKey, args_hash: str) -> Claim:
+        """Looks the key up; a NEW claim is committed as pending before it is returned."""
+        now = _now_ms()
+        with self._lock:
+            row = self._db.execute(
+                "SELECT args_hash, boot_id, state, outcome FROM idempotency "
+                "WHERE component = ? AND scope = ? AND request_id = ?",
+                (key.component, key.scope, key.request_id),
+            ).fetchone()
+            if row is None:
+                self._db.execute(
+                    "INSERT INTO idempotency VALUES (?, ?, ?, ?, ?, 'pending', NULL, ?, ?)",
+                    (key.component, key.scope, key.request_id, args_hash, self.boot_id, now, now),
+                )
+                self._waiters[key] = Future()
+                self._since_prune += 1
+                prune = self._since_prune >= _PRUNE_EVERY
+            else:
+                return self._existing(key, args_hash, row)
+        if prune:
+            self.prune()
+        return Claim(ClaimKind.NEW)
+
+    def _existing(self, key: IdempotencyKey, args_hash: str, row: tuple[Any, ...]) -> Claim:
+        stored_hash, boot_id, state, outcome = row
+        if stored_hash != args_hash:
+            return Claim(ClaimKind.CONFLICT)
+        if state == "done":
+            return Claim(ClaimKind.REPLAY, outcome=json.loads(outcome))
+        waiter = self._waiters.get(key)
+        if boot_id == self.boot_id and waiter is not None:
+            return Claim(ClaimKind.IN_FLIGHT, waiter=waiter)
+        return Claim(ClaimKind.UNKNOWN)
+
+    def complete(self, key: IdempotencyKey, outcome: Mapping[str, Any]) -> None:
+        """Records the outcome (committed), then wakes duplicates waiting on it."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE idempotency SET state = 'done', outcome = ?, updated_ms = ? "
+                "WHERE component = ? AND scope = ? AND request_id = ?",
+                (json.dumps(outcome), _now_ms(), key.component, key.scope, key.request_id),
+            )
+            waiter = self._waiters.pop(key, None)
+        if waiter is not None:
+            waiter.set_result(outcome)
+
+    def forget(self, key: IdempotencyKey, outcome: Mapping[str, Any]) -> None:
+        """Drops a pending record (a refusal of the moment); waiting duplicates get
+        `outcome` and a later retry runs anew."""
+        with self._lock:
+            self._db.execute(
+                "DELETE FROM idempotency WHERE component = ? AND scope = ? AND request_id = ? "
+                "AND state = 'pending'",
+                (key.component, key.scope, key.request_id),
+            )
+            waiter = self._waiters.pop(key, None)
+        if waiter is not None:
+            waiter.set_result(outcome)
+
+    def prune(self) -> int:
+        """Deletes records older than the retention, then the oldest beyond max_records."""
+        cutoff = _now_ms() - int(self.retention_seconds * 1000)
+        with self._lock:
+            self._since_prune = 0
+            expired = self._db.execute(
+                "DELETE FROM idempotency WHERE updated_ms < ?", (cutoff,)
+            ).rowcount
+            excess = 0
+            count = self._db.execute("SELECT count(*) FROM idempotency").fetchone()[0]
+            if count > self.max_records:
+                excess = self._db.execute(
+                    "DELETE FROM idempotency WHERE (component, scope, request_id) IN ("
+                    " SELECT component, scope, request_id FROM idempotency"
+                    " ORDER BY updated_ms LIMIT ?)",
+                    (count - self.max_records,),
+                ).rowcount
+        if expired or excess:
+            _log.debug("idempotency: pruned %d expired and %d excess records", expired, excess)
+        return int(expired + excess)
+
+    def count(self) -> int:
+        """How many records the store holds."""
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM idempotency").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

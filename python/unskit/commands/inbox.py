@@ -1,0 +1,420 @@
+"""The command inbox: cmd/sb requests on the component's topics, checked (addressing, scope,
+strict body, requestId, idempotency) before a verb's handler runs, and always answered."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import threading
+from collections.abc import Callable, Collection, Iterator, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from unskit.commands.codes import RETRYABLE_CODES, ErrorCode
+from unskit.commands.fields import (
+    CURSOR,
+    DEFAULT_LIMIT,
+    INSTANCE,
+    LIMIT,
+    MAX_BODY_BYTES,
+    REQUEST_ID,
+    Param,
+    bad_args,
+)
+from unskit.commands.idempotency import ClaimKind, IdempotencyKey, IdempotencyStore, arguments_hash
+from unskit.commands.paging import CursorBook
+from unskit.commands.verbs import CommandContext, Kind, Page, RequestIdRule, Scope, Verb
+from unskit.envelope import EnvelopeStamp, Message, MessageBuilder
+from unskit.errors import CommandError, UnskitError
+from unskit.messaging.client import MessagingClient
+from unskit.topics import TopicScope
+
+__all__ = ["REPLY_NAME", "CommandInbox", "InboxStats", "single_instance"]
+
+_log = logging.getLogger(__name__)
+
+#: header.name of every reply the inbox sends.
+REPLY_NAME = "CommandReply"
+# Fields the inbox consumes itself; they never reach the idempotency hash or paging owner.
+_ROUTING_FIELDS = ("requestId", "instance", "limit", "cursor")
+
+
+def single_instance(configured: Collection[str]) -> str:
+    """The one configured instance, for a request that names none; BAD_ARGS otherwise."""
+    if len(configured) == 1:
+        return next(iter(configured))
+    if not configured:
+        raise CommandError(ErrorCode.NO_SUCH_INSTANCE, "no instance is configured")
+    raise bad_args(f"instance is required: {len(configured)} instances are configured")
+
+
+@dataclass
+class InboxStats:
+    """Counters of what the inbox received and answered."""
+
+    requests: int = 0
+    succeeded: int = 0
+    failed: dict[str, int] = field(default_factory=dict)
+    #: Requests without a reply_to: run when immediate, but nobody can be answered.
+    unanswerable: int = 0
+
+
+class _Held:
+    """A request whose reply is not sent yet (a deferred verb, or a duplicate waiting on
+    the original); the first answer wins."""
+
+    __slots__ = ("answered", "request", "verb")
+
+    def __init__(self, request: Message, verb: str) -> None:
+        self.request = request
+        self.verb = verb
+        self.answered = False
+
+
+class CommandInbox:
+    """Serves ``{base}/cmd/sb/+`` and ``{base}/+/cmd/sb/+`` for one component."""
+
+    def __init__(
+        self,
+        messaging: MessagingClient,
+        topics: TopicScope,
+        *,
+        store: IdempotencyStore,
+        instances: Callable[[], Collection[str]] = tuple,
+        stamp: EnvelopeStamp | None = None,
+        max_concurrency: int = 8,
+        max_queued: int = 1000,
+        cursor_ttl_seconds: float = 300.0,
+        on_outcome: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self._messaging = messaging
+        self._topics = topics
+        self._base = topics.base + "/"
+        self._store = store
+        self._instances = instances
+        self._stamp = stamp
+        self._max_concurrency = max_concurrency
+        self._max_queued = max_queued
+        self._cursors = CursorBook(ttl_seconds=cursor_ttl_seconds)
+        self._on_outcome = on_outcome
+        self._verbs: dict[str, Verb] = {}
+        self._lock = threading.Lock()
+        self._held: set[_Held] = set()
+        self._draining = 0
+        self._stopping = False
+        self._started = False
+        self.stats = InboxStats()
+        self.register(
+            Verb(
+                "describe",
+                self._describe,
+                scope=Scope.BOTH,
+                summary="every verb with its scope, kind, requestId rule and fields",
+            )
+        )
+
+    # -- registration ---------------------------------------------------------------------
+
+    @property
+    def filters(self) -> tuple[str, str]:
+        """The two topic filters the inbox subscribes to."""
+        return (f"{self._topics.base}/cmd/sb/+", f"{self._topics.base}/+/cmd/sb/+")
+
+    def register(self, verb: Verb) -> None:
+        """Adds a verb; the inbox adds the instance, requestId, limit and cursor fields."""
+        extra: dict[str, Param] = {}
+        if verb.scope is not Scope.COMPONENT:
+            extra["instance"] = Param(INSTANCE)
+        if verb.request_id is not RequestIdRule.NONE:
+            extra["requestId"] = Param(
+                REQUEST_ID, required=verb.request_id is RequestIdRule.REQUIRED
+            )
+        if verb.paged:
+            extra["limit"] = Param(LIMIT, default=DEFAULT_LIMIT)
+            extra["cursor"] = Param(CURSOR)
+        clash = set(extra) & set(verb.body.names)
+        if clash:
+            raise ValueError(f"verb {verb.name!r} declares {sorted(clash)}; the inbox owns them")
+        with self._lock:
+            if verb.name in self._verbs and verb.name == "describe":
+                raise ValueError("describe is built in")
+            self._verbs[verb.name] = dataclasses.replace(verb, body=verb.body.with_fields(extra))
+
+    def verbs(self) -> list[Verb]:
+        """The registered verbs, in registration order."""
+        with self._lock:
+            return list(self._verbs.values())
+
+    def start(self) -> CommandInbox:
+        """Subscribes to the inbox topics; registered verbs are served from then on."""
+        for topic_filter in self.filters:
+            self._messaging.subscribe(
+                topic_filter,
+                self._on_request,
+                max_concurrency=self._max_concurrency,
+                max_messages=self._max_queued,
+            )
+        self._started = True
+        _log.info("command inbox on %s and %s", *self.filters)
+        return self
+
+    @contextlib.contextmanager
+    def draining(self) -> Iterator[None]:
+        """While a configuration reload drains, every verb answers DEVICE_UNAVAILABLE."""
+        with self._lock:
+            self._draining += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._draining -= 1
+
+    def stop_accepting(self) -> None:
+        """From now on every verb answers COMPONENT_STOPPING; held requests still finish."""
+        with self._lock:
+            self._stopping = True
+
+    def close(self) -> None:
+        """Stops accepting, answers COMPONENT_STOPPING to requests still held, unsubscribes."""
+        self.stop_accepting()
+        with self._lock:
+            held = list(self._held)
+        stopping = CommandError(ErrorCode.COMPONENT_STOPPING, "the component is stopping")
+        for entry in held:
+            self._answer(entry, stopping.to_body())
+        if self._started:
+            for topic_filter in self.filters:
+                self._messaging.unsubscribe(topic_filter)
+            self._started = False
+
+    @property
+    def held_requests(self) -> int:
+        """Requests whose reply is still held (deferred verbs and waiting duplicates)."""
+        with self._lock:
+            return len(self._held)
+
+    # -- serving --------------------------------------------------------------------------
+
+    def _on_request(self, topic: str, request: Message) -> None:
+        held = _Held(request, topic.rpartition("/")[2])
+        with self._lock:
+            self.stats.requests += 1
+        try:
+            outcome = self._serve(topic, request, held)
+        except CommandError as error:
+            outcome = error.to_body()
+        except Exception:
+            _log.exception("command %s failed in its handler", held.verb)
+            outcome = CommandError(ErrorCode.BACKEND_ERROR, "internal error; see the log").to_body()
+        if outcome is not None:
+            self._answer(held, outcome)
+
+    def _serve(self, topic: str, request: Message, held: _Held) -> Mapping[str, Any] | None:
+        """The reply body, or None when the reply is held for later."""
+        topic_instance, verb_name = self._address(topic)
+        with self._lock:
+            if self._stopping:
+                raise CommandError(ErrorCode.COMPONENT_STOPPING, "the component is stopping")
+            if self._draining:
+                raise CommandError(
+                    ErrorCode.DEVICE_UNAVAILABLE, "a configuration reload is being applied"
+                )
+            verb = self._verbs.get(verb_name)
+        body = _body_object(request)
+        if verb is None:
+            raise bad_args(f"unknown verb sb/{verb_name}; sb/describe lists the verbs")
+        if not verb.enabled:
+            raise CommandError(
+                ErrorCode.UNSUPPORTED_CAPABILITY,
+                f"{verb.full_name} is disabled: {verb.disabled_reason}",
+            )
+        instance = self._instance(verb, topic_instance, body)
+        checked = verb.body.check(body)
+        request_id = checked.get("requestId")
+        if request_id is None and verb.needs_request_id(checked):
+            raise bad_args("missing required field requestId")
+        context = CommandContext(verb.full_name, instance, checked, request_id, request, topic)
+        if verb.kind is Kind.DEFERRED and request.reply_to is None:
+            raise CommandError(
+                ErrorCode.REPLY_REQUIRED, f"{verb.full_name} holds its reply: send a reply_to"
+            )
+        if request_id is None:
+            return self._run(verb, context, held, key=None)
+        # One namespace per component and scope for every verb: the verb is part of the
+        # hashed arguments, so a requestId reused for another verb conflicts.
+        key = IdempotencyKey(self._topics.component, instance or "", request_id)
+        claim = self._store.claim(key, arguments_hash(verb.name, _arguments(checked)))
+        if claim.kind is ClaimKind.NEW:
+            return self._run(verb, context, held, key=key)
+        if claim.kind is ClaimKind.REPLAY:
+            assert claim.outcome is not None
+            return claim.outcome
+        if claim.kind is ClaimKind.CONFLICT:
+            raise CommandError(
+                ErrorCode.IDEMPOTENCY_CONFLICT,
+                f"requestId {request_id!r} was used with other arguments",
+            )
+        if claim.kind is ClaimKind.UNKNOWN:
+            raise CommandError(
+                ErrorCode.PREVIOUS_OUTCOME_UNKNOWN,
+                f"requestId {request_id!r} was in progress when the component last stopped",
+            )
+        assert claim.waiter is not None
+        self._hold(held, claim.waiter, key=None)
+        return None
+
+    def _address(self, topic: str) -> tuple[str | None, str]:
+        levels = topic[len(self._base) :].split("/") if topic.startswith(self._base) else []
+        if len(levels) == 3:
+            return None, levels[2]
+        if len(levels) == 4:
+            return INSTANCE.check(levels[0], "topic instance"), levels[3]
+        raise bad_args(f"topic {topic!r} is not a command topic of this component")
+
+    def _instance(
+        self, verb: Verb, topic_instance: str | None, body: Mapping[str, Any]
+    ) -> str | None:
+        body_instance = body.get("instance")
+        # Checked first, in every scope.
+        if (
+            topic_instance is not None
+            and body_instance is not None
+            and body_instance != topic_instance
+        ):
+            raise bad_args(
+                f"instance {body_instance!r} in the body differs from the topic's "
+                f"{topic_instance!r}"
+            )
+        if verb.scope is Scope.COMPONENT:
+            if topic_instance is not None or "instance" in body:
+                raise bad_args(f"{verb.full_name} is component-scope: address no instance")
+            return None
+        instance = topic_instance
+        if instance is None and body_instance is not None:
+            instance = INSTANCE.check(body_instance, "instance")
+        configured = self._instances()
+        if instance is not None:
+            if instance not in configured:
+                raise CommandError(ErrorCode.NO_SUCH_INSTANCE, f"no instance named {instance!r}")
+            return instance
+        if verb.scope is Scope.INSTANCE:
+            return single_instance(configured)
+        return None
+
+    def _run(
+        self, verb: Verb, context: CommandContext, held: _Held, key: IdempotencyKey | None
+    ) -> Mapping[str, Any] | None:
+        if verb.paged and "cursor" in context.body:
+            # A continuation comes from the first page's snapshot; the handler is not asked.
+            return self._settle(key, self._page(verb, context, None))
+        try:
+            result = verb.handler(context)
+        except CommandError as error:
+            return self._settle(key, error.to_body())
+        except Exception:
+            if key is not None:
+                # Whether it took effect is unknown: a retry must not run it a second time.
+                self._store.complete(key, _INTERNAL_ERROR)
+            raise
+        if isinstance(result, Future):
+            self._hold(held, result, key=key)
+            return None
+        if isinstance(result, Page):
+            result = self._page(verb, context, result)
+        elif verb.paged:
+            raise TypeError(f"paged verb {verb.full_name} must return a Page")
+        return self._settle(key, result)
+
+    def _page(self, verb: Verb, context: CommandContext, page: Page | None) -> dict[str, Any]:
+        owner = arguments_hash(f"{verb.name}|{context.instance or ''}", _arguments(context.body))
+        limit = int(context.body.get("limit", DEFAULT_LIMIT))
+        if page is None:
+            sliced = self._cursors.next(owner, str(context.body["cursor"]), limit)
+        else:
+            sliced = self._cursors.first(owner, page.items, limit, page.extra)
+        return {**sliced.extra, "items": sliced.items, "nextCursor": sliced.next_cursor}
+
+    def _settle(self, key: IdempotencyKey | None, outcome: Mapping[str, Any]) -> Mapping[str, Any]:
+        if key is not None:
+            if outcome.get("errorCode") in RETRYABLE_CODES:
+                self._store.forget(key, outcome)
+            else:
+                self._store.complete(key, outcome)
+        return outcome
+
+    def _hold(
+        self, held: _Held, future: Future[Mapping[str, Any]], key: IdempotencyKey | None
+    ) -> None:
+        with self._lock:
+            self._held.add(held)
+
+        def done(finished: Future[Mapping[str, Any]]) -> None:
+            error = finished.exception()
+            if error is None:
+                outcome = finished.result()
+            elif isinstance(error, CommandError):
+                outcome = error.to_body()
+            else:
+                _log.error("deferred %s failed", held.verb, exc_info=error)
+                outcome = _INTERNAL_ERROR
+            self._answer(held, self._settle(key, outcome))
+
+        future.add_done_callback(done)
+
+    def _answer(self, held: _Held, outcome: Mapping[str, Any]) -> None:
+        with self._lock:
+            if held.answered:
+                return
+            held.answered = True
+            self._held.discard(held)
+            code = outcome.get("errorCode")
+            if code is None:
+                self.stats.succeeded += 1
+            else:
+                self.stats.failed[code] = self.stats.failed.get(code, 0) + 1
+            if held.request.reply_to is None:
+                self.stats.unanswerable += 1
+        if self._on_outcome is not None:
+            self._on_outcome(held.verb, code or "OK")
+        if held.request.reply_to is None:
+            _log.debug("sb/%s: no reply_to, so the outcome is not sent", held.verb)
+            return
+        reply = MessageBuilder(REPLY_NAME, "1.0", self._stamp).body(dict(outcome)).build()
+        try:
+            self._messaging.reply(held.request, reply)
+        except UnskitError as error:
+            _log.warning("sb/%s: reply not sent: %s", held.verb, error)
+
+    # -- built-in verbs -------------------------------------------------------------------
+
+    def _describe(self, context: CommandContext) -> Mapping[str, Any]:
+        described: dict[str, Any] = {
+            "component": self._topics.component,
+            "instances": sorted(self._instances()),
+            "verbs": [verb.describe() for verb in self.verbs()],
+        }
+        if context.instance is not None:
+            described["instance"] = context.instance
+        return described
+
+
+_INTERNAL_ERROR = CommandError(ErrorCode.BACKEND_ERROR, "internal error; see the log").to_body()
+
+
+def _body_object(request: Message) -> Mapping[str, Any]:
+    body = request.body
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise bad_args("the body must be a JSON object")
+    size = len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    if size > MAX_BODY_BYTES:
+        raise bad_args(f"the body is {size} bytes; the bound is {MAX_BODY_BYTES}")
+    return body
+
+
+def _arguments(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in body.items() if name not in _ROUTING_FIELDS}
