@@ -1,0 +1,1 @@
+"""The southbound adapter runtime shared by the CIP and OPC UA adapters."""

@@ -1,0 +1,168 @@
+"""What a protocol backend gives the southbound runtime: a `DeviceDriver` per instance that
+connects, reads a poll group's signals, writes one signal, probes, and closes. The runtime
+owns threads, timing, backoff, scaling, deadband, publication and the verbs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+from unskit.errors import UnskitError
+
+__all__ = [
+    "Deadband",
+    "DeviceDriver",
+    "DeviceError",
+    "InstanceSpec",
+    "PollGroupSpec",
+    "PublishMode",
+    "Quality",
+    "Reading",
+    "SignalSpec",
+    "Timing",
+]
+
+
+class DeviceError(UnskitError):
+    """A device that cannot be reached or answered with an error. `connection_lost` tells
+    the runtime to reconnect (with backoff) rather than count one failed request."""
+
+    def __init__(self, message: str, *, connection_lost: bool = False, code: str = "") -> None:
+        super().__init__(message)
+        self.connection_lost = connection_lost
+        #: A protocol-level status (a CIP general status, an OPC UA status code) when known.
+        self.code = code
+
+
+class Quality(str, Enum):
+    GOOD = "GOOD"
+    UNCERTAIN = "UNCERTAIN"
+    BAD = "BAD"
+
+
+class PublishMode(str, Enum):
+    ON_CHANGE = "onChange"
+    ALWAYS = "always"
+
+
+@dataclass(frozen=True)
+class Deadband:
+    """``none`` republishes on any change; ``absolute`` and ``percent`` need a change of at
+    least `value` (percent: of the last published value's magnitude)."""
+
+    type: str = "none"
+    value: float = 0.0
+
+
+@dataclass(frozen=True)
+class SignalSpec:
+    """One polled signal, with every inherited setting already resolved."""
+
+    #: The stable signal id (a CIP tag path, an OPC UA node id); also the allow-list key.
+    id: str
+    #: The label and data-topic channel (sanitised to one topic token by the runtime).
+    name: str
+    #: The protocol's elementary type name (``DINT``, ``REAL``, ``BOOL`` ...).
+    type: str
+    array_count: int | None = None
+    scale: float | None = None
+    offset: float | None = None
+    deadband: Deadband = field(default_factory=Deadband)
+    publish_mode: PublishMode = PublishMode.ON_CHANGE
+    batch_ms: int = 0
+    #: Protocol-specific extras the driver needs (kept opaque to the runtime).
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def numeric(self) -> bool:
+        """Whether scaling and deadband apply (not BOOL, not strings)."""
+        return self.type.upper() not in ("BOOL", "STRING")
+
+
+@dataclass(frozen=True)
+class PollGroupSpec:
+    id: str
+    interval_ms: int
+    signals: Sequence[SignalSpec]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One signal's raw value from one read; `value` is None when quality is BAD and
+    nothing usable came back. Arrays are lists."""
+
+    signal_id: str
+    value: Any
+    quality: Quality = Quality.GOOD
+    source_timestamp_ms: int = 0
+    #: Why the quality is not GOOD (a CIP status, "count mismatch: 8 of 10").
+    detail: str = ""
+
+
+class DeviceDriver(Protocol):
+    """One device endpoint. Every call may block up to its deadline; the runtime calls them
+    from the instance's own thread only, never concurrently."""
+
+    def connect(self, deadline_s: float) -> None:
+        """Opens the session; raises DeviceError when it cannot within the deadline."""
+        ...
+
+    def read(self, group: PollGroupSpec) -> list[Reading]:
+        """Reads every signal of the group (multi-tag requests where the protocol has them);
+        a per-signal failure is a BAD reading, a lost connection raises DeviceError."""
+        ...
+
+    def write(self, signal: SignalSpec, value: Any) -> None:
+        """Writes one (raw, unscaled) value; raises DeviceError or ValueError."""
+        ...
+
+    def probe(self) -> None:
+        """A cheap real round trip that proves the connection (keepalive while paused)."""
+        ...
+
+    def close(self) -> None:
+        """Closes the session; never raises."""
+        ...
+
+    def describe(self) -> Mapping[str, Any]:
+        """JSON-ready facts for sb/status (adapter, endpoint, session details)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Connection timing, thresholds and the metrics cadence of one instance."""
+
+    connect_ms: int = 5000
+    request_timeout_ms: int = 2000
+    reconnect_backoff_min_ms: int = 1000
+    reconnect_backoff_max_ms: int = 60000
+    stale_signal_secs: int = 60
+    keepalive_probe_interval_ms: int = 60000
+    metrics_interval_secs: int = 60
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """One device instance, parsed and resolved (precedence applied) from its entry."""
+
+    id: str
+    #: The backend name (``ethernet-ip``, ``sim``, ``opcua``); one the build lacks is skipped.
+    adapter: str
+    #: Published as device.endpoint (host:port, an opc.tcp URL).
+    endpoint: str
+    poll_groups: Sequence[PollGroupSpec]
+    #: Stable signal ids sb/write may write; empty means read-only.
+    writes_allow: frozenset[str] = frozenset()
+    timing: Timing = field(default_factory=Timing)
+    #: The raw entry (JSON-shaped), compared structurally on reload and read by the driver.
+    entry: Mapping[str, Any] = field(default_factory=dict)
+    #: Everything outside component.instances[] the instance depends on (component.global,
+    #: component.token): a change there restarts every instance.
+    shared: Mapping[str, Any] = field(default_factory=dict)
+
+    def signals(self) -> list[SignalSpec]:
+        """Every signal of every poll group, in declaration order."""
+        return [signal for group in self.poll_groups for signal in group.signals]
