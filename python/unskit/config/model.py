@@ -67,9 +67,11 @@ __all__ = [
     "QosConfig",
     "TopicConfig",
     "build_config",
+    "freeze",
     "log_level",
     "parse_size",
     "profile_health_enabled",
+    "thaw",
 ]
 
 _log = logging.getLogger(__name__)

@@ -272,11 +272,11 @@ class Runtime:
             )
         try:
             config = self._loader.resolve(self._loader.read())
+            outcome = self.apply_config(config, self._app)
         except ConfigError as error:
             raise CommandError(
                 ErrorCode.BAD_ARGS, f"the configuration was rejected, the running one kept: {error}"
             ) from None
-        outcome = self.apply_config(config, self._app)
         return (outcome or ReloadOutcome()).to_body()
 
     def _refuse_commands(self) -> None:
@@ -424,7 +424,9 @@ def run_component(
             broker=args.broker,
         )
         config = loader.load()
+        # A component may refuse its configuration at start (no valid instance): exit 2 too,
+        # after the runtime stopped what had started.
+        return Runtime(config).run(app_class(), loader)
     except ConfigError as error:
         print(f"unskit run {name}: {error}", file=sys.stderr)
         return 2
-    return Runtime(config).run(app_class(), loader)

@@ -1,0 +1,72 @@
+"""The component shape every southbound adapter shares: parse the instances, run them
+through a `SouthboundService`, offer the sb verbs and apply reloads."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from unskit.commands import ReloadOutcome
+from unskit.config.model import ComponentConfig, thaw
+from unskit.runtime.component import Runtime
+from unskit.southbound.driver import InstanceSpec
+from unskit.southbound.service import DriverFactory, Skipped, SouthboundService
+
+__all__ = ["Candidate", "SouthboundComponent", "shared_sections"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A parsed configuration: valid instances in declaration order and the skipped ones."""
+
+    specs: Sequence[InstanceSpec]
+    skipped: Sequence[Skipped]
+
+
+def shared_sections(config: ComponentConfig) -> dict[str, Any]:
+    """Everything outside component.instances[]: a change there restarts every instance."""
+    document = thaw(config.document)
+    component = dict(document.get("component") or {})
+    component.pop("instances", None)
+    return {**document, "component": component}
+
+
+class SouthboundComponent:
+    """Base of the CIP and OPC UA adapter components."""
+
+    token: ClassVar[str]
+    schema: ClassVar[Mapping[str, Any] | None]
+
+    def __init__(self) -> None:
+        self.service: SouthboundService | None = None
+
+    def drivers(self) -> Mapping[str, DriverFactory]:
+        """The backends this build has, by adapter name."""
+        raise NotImplementedError
+
+    def parse(self, config: ComponentConfig) -> Candidate:
+        """The instances of a configuration; malformed ones are skipped, not raised."""
+        raise NotImplementedError
+
+    def start(self, runtime: Runtime) -> None:
+        """Starts every valid instance (refusing to start with none) and offers the verbs."""
+        service = SouthboundService(runtime, self.drivers())
+        candidate = self.parse(runtime.config)
+        service.apply(candidate.specs, candidate.skipped, shared_sections(runtime.config))
+        self.service = service
+        service.register_verbs(runtime.command_inbox(service.instance_ids))
+
+    def reconfigure(self, config: ComponentConfig) -> ReloadOutcome:
+        """Applies a changed configuration as one transaction (ConfigError rejects it)."""
+        assert self.service is not None
+        candidate = self.parse(config)
+        return self.service.apply(candidate.specs, candidate.skipped, shared_sections(config))
+
+    def drain(self) -> None:
+        """Stops every instance: the last batches are published, connections closed."""
+        if self.service is not None:
+            self.service.stop_all()

@@ -1,0 +1,358 @@
+"""One device instance: its own thread that connects (with jittered backoff), polls its
+groups on schedule, publishes signal updates, probes while paused, and runs the verbs' device
+work between polls. The driver is only ever called from this thread."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, TypeVar
+
+from unskit.commands import ErrorCode
+from unskit.envelope import EnvelopeStamp, MessageBuilder
+from unskit.errors import CommandError, UnskitError
+from unskit.messaging import MessagingClient
+from unskit.southbound.driver import DeviceDriver, DeviceError, InstanceSpec, PollGroupSpec
+from unskit.southbound.signals import SignalTable
+from unskit.topics import TopicScope
+
+__all__ = ["DEVICE_UNREACHABLE", "InstanceContext", "InstanceRunner", "InstanceState"]
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEVICE_UNREACHABLE = "device-unreachable"
+SIGNAL_UPDATE_NAME = "SouthboundSignalUpdate"
+_STOP_TIMEOUT_S = 10.0
+
+
+class InstanceState(str, Enum):
+    STARTING = "starting"
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    BACKOFF = "backoff"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class InstanceContext:
+    """What an instance publishes through: messaging, topics, events, metrics, the stamp."""
+
+    messaging: MessagingClient
+    topics: TopicScope
+    stamp: EnvelopeStamp | None
+    raise_alarm: Callable[[str, str, Mapping[str, Any]], None]
+    clear_alarm: Callable[[str, str], None]
+    counter: Callable[[str, str], Any]
+    gauge: Callable[[str, str], Any]
+
+
+class InstanceRunner:
+    """Runs one `InstanceSpec` with its `DeviceDriver`."""
+
+    def __init__(
+        self,
+        spec: InstanceSpec,
+        driver: DeviceDriver,
+        context: InstanceContext,
+        *,
+        paused: bool = False,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.spec = spec
+        self.driver = driver
+        self._context = context
+        self._rng = rng or random.Random()
+        self._table = SignalTable(
+            (group.id, s) for group in spec.poll_groups for s in group.signals
+        )
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._jobs: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
+        self._paused = paused
+        self._state = InstanceState.STARTING
+        self._last_error = ""
+        self._connected_since: float | None = None
+        self._attempt = 0
+        self._thread = threading.Thread(target=self._run, name=f"sb-{spec.id}", daemon=True)
+
+    # -- control ----------------------------------------------------------------------------
+
+    def start(self) -> InstanceRunner:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = _STOP_TIMEOUT_S) -> None:
+        """Stops the thread, closes the connection and clears the unreachable alarm."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        if self._thread.is_alive():
+            _log.warning("instance %s did not stop within %.0f s", self.spec.id, timeout)
+
+    def pause(self) -> bool:
+        """Holds polling (the connection is kept and probed); returns whether it changed."""
+        with self._lock:
+            changed, self._paused = not self._paused, True
+        self._wake.set()
+        return changed
+
+    def resume(self) -> bool:
+        with self._lock:
+            changed, self._paused = self._paused, False
+        if changed:
+            self._table.restart_staleness(time.monotonic())
+        self._wake.set()
+        return changed
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def connected(self) -> bool:
+        return self._state is InstanceState.CONNECTED
+
+    def submit(self, work: Callable[[], T]) -> Future[T]:
+        """Runs device work on the instance thread; DEVICE_UNAVAILABLE when not connected."""
+        future: Future[T] = Future()
+        with self._lock:
+            self._jobs.append((work, future))
+        self._wake.set()
+        return future
+
+    # -- views ------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """The instance's part of sb/status."""
+        now = time.monotonic()
+        described = dict(self.driver.describe())
+        security = described.pop("security", None)
+        return {
+            "instance": self.spec.id,
+            "adapter": self.spec.adapter,
+            "endpoint": self.spec.endpoint,
+            "state": self._state.value,
+            "connected": self.connected,
+            "paused": self._paused,
+            "connectedForSecs": None
+            if self._connected_since is None
+            else round(now - self._connected_since, 3),
+            "lastError": self._last_error or None,
+            "signals": len(self._table.by_id),
+            "staleSignals": 0
+            if self._paused
+            else len(self._table.stale(now, self.spec.timing.stale_signal_secs)),
+            "writable": sorted(self.spec.writes_allow),
+            "counters": self._counters(),
+            "device": described,
+            "security": security
+            or {"mode": "plaintext", "est": {"enabled": False}, "target": None},
+        }
+
+    def _counters(self) -> dict[str, float]:
+        names = ("reads", "readErrors", "samplesPublished", "publishErrors", "reconnects")
+        return {name: self._context.counter(self.spec.id, name).total for name in names}
+
+    def signal_views(self) -> list[dict[str, Any]]:
+        """Every signal with its settings and last value (sb/signals)."""
+        now = time.monotonic()
+        stale = {id(s) for s in self._table.stale(now, self.spec.timing.stale_signal_secs)}
+        views = []
+        for state in self._table.by_id.values():
+            spec = state.spec
+            views.append(
+                {
+                    "id": spec.id,
+                    "name": spec.name,
+                    "channel": state.channel,
+                    "group": state.group,
+                    "type": spec.type,
+                    "arrayCount": spec.array_count,
+                    "publishMode": spec.publish_mode.value,
+                    "deadband": {"type": spec.deadband.type, "value": spec.deadband.value},
+                    "batchMs": spec.batch_ms,
+                    "value": state.last_value,
+                    "quality": None if state.last_quality is None else state.last_quality.value,
+                    "serverTimestampMs": state.last_server_ms or None,
+                    "stale": (not self._paused) and id(state) in stale,
+                    "writable": spec.id in self.spec.writes_allow,
+                }
+            )
+        return views
+
+    # -- the thread -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        groups = {group.id: group for group in self.spec.poll_groups}
+        next_due: dict[str, float] = {}
+        next_probe = 0.0
+        self._table.restart_staleness(time.monotonic())
+        try:
+            while not self._stop.is_set():
+                if not self.connected:
+                    if self._connect():
+                        start = time.monotonic()
+                        next_due = {group_id: start for group_id in groups}
+                        next_probe = start + self.spec.timing.keepalive_probe_interval_ms / 1000
+                    continue
+                now = time.monotonic()
+                self._run_jobs()
+                if not self.connected:
+                    continue
+                if self._paused:
+                    if now >= next_probe:
+                        next_probe = now + self.spec.timing.keepalive_probe_interval_ms / 1000
+                        self._guard(self.driver.probe)
+                else:
+                    for group_id, due in next_due.items():
+                        if now >= due and self.connected:
+                            self._poll(groups[group_id], now)
+                            interval = groups[group_id].interval_ms / 1000
+                            # Fixed rate; a late cycle is not caught up in a burst.
+                            next_due[group_id] = max(due + interval, now)
+                self._publish(time.monotonic(), flush=False)
+                self._context.gauge(self.spec.id, "connected").set(1 if self.connected else 0)
+                self._wake.wait(self._sleep_for(next_due, next_probe))
+                self._wake.clear()
+        except Exception:
+            _log.exception("instance %s: its thread failed", self.spec.id)
+            self._last_error = "internal error; see the log"
+        finally:
+            self._publish(time.monotonic(), flush=True)
+            self._fail_jobs(CommandError(ErrorCode.DEVICE_UNAVAILABLE, "the instance stopped"))
+            self.driver.close()
+            self._state = InstanceState.STOPPED
+            self._context.gauge(self.spec.id, "connected").set(0)
+            self._context.clear_alarm(DEVICE_UNREACHABLE, self.spec.id)
+
+    def _sleep_for(self, next_due: Mapping[str, float], next_probe: float) -> float:
+        now = time.monotonic()
+        wakes = [next_probe] if self._paused else list(next_due.values())
+        window = self._table.next_window()
+        if window is not None:
+            wakes.append(window)
+        return max(0.0, min(wakes, default=now + 1.0) - now)
+
+    def _connect(self) -> bool:
+        self._state = InstanceState.CONNECTING
+        timing = self.spec.timing
+        try:
+            self.driver.connect(timing.connect_ms / 1000)
+        except DeviceError as error:
+            self._lost(error)
+            ceiling = min(
+                timing.reconnect_backoff_max_ms,
+                timing.reconnect_backoff_min_ms * 2 ** min(self._attempt, 30),
+            )
+            self._attempt += 1
+            delay = self._rng.uniform(timing.reconnect_backoff_min_ms, ceiling) / 1000
+            self._state = InstanceState.BACKOFF
+            _log.info("instance %s: reconnect in %.2f s", self.spec.id, delay)
+            deadline = time.monotonic() + delay
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                self._fail_jobs(
+                    CommandError(ErrorCode.DEVICE_UNAVAILABLE, f"not connected: {error}")
+                )
+                self._wake.wait(max(0.0, deadline - time.monotonic()))
+                self._wake.clear()
+            return False
+        self._attempt = 0
+        self._state = InstanceState.CONNECTED
+        self._connected_since = time.monotonic()
+        self._last_error = ""
+        _log.info("instance %s: connected to %s", self.spec.id, self.spec.endpoint)
+        self._context.clear_alarm(DEVICE_UNREACHABLE, self.spec.id)
+        return True
+
+    def _lost(self, error: DeviceError) -> None:
+        was_connected = self.connected
+        self._state = InstanceState.BACKOFF
+        self._connected_since = None
+        self._last_error = str(error)
+        if was_connected:
+            self._context.counter(self.spec.id, "reconnects").inc()
+            self.driver.close()
+        _log.warning("instance %s: device unreachable: %s", self.spec.id, error)
+        self._context.raise_alarm(
+            DEVICE_UNREACHABLE,
+            self.spec.id,
+            {"endpoint": self.spec.endpoint, "error": str(error)},
+        )
+
+    def _guard(self, work: Callable[[], T]) -> T | None:
+        """Runs device work; a lost connection moves the instance to backoff."""
+        try:
+            return work()
+        except DeviceError as error:
+            if error.connection_lost:
+                self._lost(error)
+            else:
+                self._last_error = str(error)
+            raise
+
+    def _poll(self, group: PollGroupSpec, now: float) -> None:
+        counter = self._context.counter
+        try:
+            readings = self._guard(lambda: self.driver.read(group)) or []
+        except DeviceError as error:
+            counter(self.spec.id, "readErrors").inc()
+            _log.debug("instance %s: read of %s failed: %s", self.spec.id, group.id, error)
+            return
+        counter(self.spec.id, "reads").inc()
+        bad = sum(1 for reading in readings if reading.quality.value != "GOOD")
+        if bad:
+            counter(self.spec.id, "readErrors").inc(bad)
+        self._table.accept(readings, int(time.time() * 1000), now)
+
+    def _publish(self, now: float, *, flush: bool) -> None:
+        for state in self._table.due(now, flush=flush):
+            samples = self._table.take(state)
+            message = (
+                MessageBuilder(SIGNAL_UPDATE_NAME, "1.0", self._context.stamp)
+                .instance(self.spec.id)
+                .signal_update(state.spec.id, samples, name=state.spec.name)
+                .build()
+            )
+            topic = self._context.topics.topic("data", state.channel, instance=self.spec.id)
+            try:
+                self._context.messaging.publish(topic, message)
+            except UnskitError as error:
+                self._context.counter(self.spec.id, "publishErrors").inc()
+                _log.debug(
+                    "instance %s: update of %s not published: %s", self.spec.id, topic, error
+                )
+                continue
+            self._context.counter(self.spec.id, "samplesPublished").inc(len(samples))
+
+    def _run_jobs(self) -> None:
+        while True:
+            with self._lock:
+                if not self._jobs:
+                    return
+                work, future = self._jobs.popleft()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(self._guard(work))
+            except BaseException as error:
+                future.set_exception(error)
+
+    def _fail_jobs(self, error: BaseException) -> None:
+        while True:
+            with self._lock:
+                if not self._jobs:
+                    return
+                _, future = self._jobs.popleft()
+            if future.set_running_or_notify_cancel():
+                future.set_exception(error)

@@ -1,0 +1,385 @@
+"""The instances of one southbound component: the reload transaction and the sb verbs
+(status, signals, read, write, pause, resume) on the command inbox."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from unskit.commands import (
+    BodySpec,
+    CommandContext,
+    CommandInbox,
+    ErrorCode,
+    ListOf,
+    Page,
+    Param,
+    ReloadOutcome,
+    RequestIdRule,
+    Scope,
+    Text,
+    Verb,
+    bad_args,
+)
+from unskit.commands.fields import FieldType
+from unskit.errors import CommandError, ConfigError, ConfigIssue, UnskitError
+from unskit.runtime.component import Runtime
+from unskit.southbound.driver import (
+    DeviceDriver,
+    DeviceError,
+    InstanceSpec,
+    PollGroupSpec,
+    SignalSpec,
+)
+from unskit.southbound.instance import InstanceContext, InstanceRunner
+from unskit.southbound.signals import INTEGER_RANGES, scale_value
+
+__all__ = ["DriverFactory", "Skipped", "SouthboundService"]
+
+_log = logging.getLogger(__name__)
+
+#: Builds an instance's driver (without connecting); raising means "cannot be started".
+DriverFactory = Callable[[InstanceSpec], DeviceDriver]
+#: Generous: a read waits for the poll in progress, then its own request.
+_DEVICE_WAIT_MARGIN_S = 5.0
+
+
+@dataclass(frozen=True)
+class Skipped:
+    id: str
+    reason: str
+
+
+@dataclass
+class _Running:
+    spec: InstanceSpec
+    runner: InstanceRunner
+    fingerprint: str = field(default="")
+
+
+class _AnyJson(FieldType):
+    """A write value: any JSON scalar or array; checked against the signal's type later."""
+
+    kind = "any"
+
+    def check(self, value: Any, path: str) -> Any:
+        if isinstance(value, dict) or value is None:
+            raise bad_args(f"{path} must be a number, boolean, string or array")
+        return value
+
+
+class SouthboundService:
+    """Runs the instances of one adapter component and answers its verbs."""
+
+    def __init__(self, runtime: Runtime, drivers: Mapping[str, DriverFactory]) -> None:
+        self._runtime = runtime
+        self._drivers = dict(drivers)
+        self._lock = threading.RLock()
+        self._running: dict[str, _Running] = {}
+        self._shared = ""
+        metrics = runtime.metrics
+        self._context = InstanceContext(
+            messaging=runtime.get_messaging(),
+            topics=runtime.topics,
+            stamp=runtime.config,
+            raise_alarm=self._raise_alarm,
+            clear_alarm=self._clear_alarm,
+            counter=lambda instance, name: metrics.counter(
+                "southbound", name, {"instance": instance}
+            ),
+            gauge=lambda instance, name: metrics.gauge("southbound", name, {"instance": instance}),
+        )
+
+    # -- instances --------------------------------------------------------------------------
+
+    def instance_ids(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._running)
+
+    def apply(
+        self,
+        specs: Sequence[InstanceSpec],
+        skipped: Sequence[Skipped],
+        shared: Mapping[str, Any],
+    ) -> ReloadOutcome:
+        """Applies a candidate as one transaction at instance granularity; ConfigError
+        rejects it whole and leaves the running instances as they were."""
+        skipped_ids = [s.id for s in skipped]
+        for entry in skipped:
+            _log.warning("instance %s skipped: %s", entry.id, entry.reason)
+        runnable: list[InstanceSpec] = []
+        for spec in specs:
+            if spec.adapter not in self._drivers:
+                _log.warning(
+                    "instance %s skipped: adapter %r is not in this build (known: %s)",
+                    spec.id,
+                    spec.adapter,
+                    ", ".join(sorted(self._drivers)),
+                )
+                skipped_ids.append(spec.id)
+            else:
+                runnable.append(spec)
+        if not runnable:
+            raise ConfigError(
+                [ConfigIssue("$.component.instances", "no valid instance: nothing to run")]
+            )
+        shared_fingerprint = _fingerprint(shared)
+        with self._lock:
+            restart_all = shared_fingerprint != self._shared
+            plan_start: list[InstanceSpec] = []
+            kept: list[str] = []
+            for spec in runnable:
+                running = self._running.get(spec.id)
+                if (
+                    running is not None
+                    and not restart_all
+                    and running.fingerprint == _fingerprint(spec.entry)
+                ):
+                    kept.append(spec.id)
+                else:
+                    plan_start.append(spec)
+            candidate_ids = {spec.id for spec in runnable}
+            removed = [i for i in self._running if i not in candidate_ids]
+            # Every driver is built before anything stops: a candidate with an instance that
+            # cannot be started is refused whole, with nothing touched.
+            drivers: dict[str, DeviceDriver] = {}
+            issues = []
+            for spec in plan_start:
+                try:
+                    drivers[spec.id] = self._drivers[spec.adapter](spec)
+                except (UnskitError, ValueError, OSError) as error:
+                    issues.append(
+                        ConfigIssue(
+                            f"$.component.instances[id={spec.id}]", f"cannot start: {error}"
+                        )
+                    )
+            if issues:
+                for driver in drivers.values():
+                    driver.close()
+                raise ConfigError(issues)
+            restarting = [spec.id for spec in plan_start if spec.id in self._running]
+            for instance_id in [*removed, *restarting]:
+                self._stop(instance_id, removed=instance_id in removed)
+            for spec in plan_start:
+                self._start(spec, drivers[spec.id])
+            self._shared = shared_fingerprint
+        outcome = ReloadOutcome(
+            started=[spec.id for spec in plan_start],
+            stopped=removed,
+            kept=kept,
+            skipped=skipped_ids,
+        )
+        _log.info(
+            "instances: started %s, stopped %s, kept %s, skipped %s",
+            outcome.started,
+            outcome.stopped,
+            outcome.kept,
+            outcome.skipped,
+        )
+        return outcome
+
+    def _start(self, spec: InstanceSpec, driver: DeviceDriver) -> None:
+        runner = InstanceRunner(spec, driver, self._context)
+        self._running[spec.id] = _Running(spec, runner, _fingerprint(spec.entry))
+        runner.start()
+
+    def _stop(self, instance_id: str, *, removed: bool) -> None:
+        running = self._running.pop(instance_id)
+        running.runner.stop()
+        if removed:
+            self._runtime.metrics.remove({"instance": instance_id})
+
+    def stop_all(self) -> None:
+        """Stops every instance (component drain)."""
+        with self._lock:
+            for instance_id in list(self._running):
+                self._stop(instance_id, removed=False)
+
+    def runner(self, instance_id: str) -> InstanceRunner:
+        with self._lock:
+            running = self._running.get(instance_id)
+        if running is None:
+            raise CommandError(ErrorCode.NO_SUCH_INSTANCE, f"no instance named {instance_id!r}")
+        return running.runner
+
+    def _raise_alarm(self, alarm: str, instance: str, context: Mapping[str, Any]) -> None:
+        events = self._runtime.events
+        if events is None:
+            return
+        try:
+            events.raise_alarm(alarm, context, instance=instance)
+        except UnskitError as error:
+            _log.warning("alarm %s of %s not published: %s", alarm, instance, error)
+
+    def _clear_alarm(self, alarm: str, instance: str) -> None:
+        events = self._runtime.events
+        if events is None:
+            return
+        try:
+            events.clear_alarm(alarm, instance=instance)
+        except UnskitError as error:
+            _log.warning("alarm %s of %s not cleared: %s", alarm, instance, error)
+
+    # -- verbs ------------------------------------------------------------------------------
+
+    def register_verbs(self, inbox: CommandInbox) -> None:
+        """sb/status, sb/signals, sb/read, sb/write, sb/pause, sb/resume."""
+        for verb in (
+            Verb("status", self._status, scope=Scope.BOTH, summary="connection and counters"),
+            Verb("signals", self._signals, scope=Scope.BOTH, paged=True, summary="signals"),
+            Verb(
+                "read",
+                self._read,
+                scope=Scope.INSTANCE,
+                body=BodySpec({"signals": Param(ListOf(Text(max_bytes=512), 1, 100))}),
+                summary="read signals from the device now",
+            ),
+            Verb(
+                "write",
+                self._write,
+                scope=Scope.INSTANCE,
+                request_id=RequestIdRule.REQUIRED,
+                body=BodySpec(
+                    {
+                        "signal": Param(Text(max_bytes=512), required=True),
+                        "value": Param(_AnyJson(), required=True),
+                    }
+                ),
+                summary="write one allow-listed signal (engineering units)",
+            ),
+            Verb("pause", self._pause, scope=Scope.INSTANCE, summary="hold polling"),
+            Verb("resume", self._resume, scope=Scope.INSTANCE, summary="poll again"),
+        ):
+            inbox.register(verb)
+
+    def _status(self, context: CommandContext) -> Mapping[str, Any]:
+        if context.instance is not None:
+            return self.runner(context.instance).status()
+        with self._lock:
+            runners = [running.runner for running in self._running.values()]
+        return {
+            "component": self._runtime.topics.component,
+            "instances": [runner.status() for runner in runners],
+        }
+
+    def _signals(self, context: CommandContext) -> Page:
+        ids = [context.instance] if context.instance is not None else self.instance_ids()
+        items = []
+        for instance_id in ids:
+            for view in self.runner(instance_id).signal_views():
+                items.append({"instance": instance_id, **view})
+        return Page(items, extra={"total": len(items)})
+
+    def _read(self, context: CommandContext) -> Mapping[str, Any]:
+        assert context.instance is not None
+        runner = self.runner(context.instance)
+        by_id = {signal.id: signal for signal in runner.spec.signals()}
+        wanted = context.body.get("signals") or list(by_id)
+        unknown = [signal_id for signal_id in wanted if signal_id not in by_id]
+        if unknown:
+            raise bad_args(f"signals: unknown signal ids {unknown}")
+        group = PollGroupSpec("sb-read", 1, [by_id[signal_id] for signal_id in wanted])
+        readings = self._on_device(runner, lambda: runner.driver.read(group))
+        return {
+            "instance": context.instance,
+            "readings": [
+                {
+                    "id": reading.signal_id,
+                    "value": scale_value(by_id[reading.signal_id], reading.value),
+                    "quality": reading.quality.value,
+                    "sourceTimestampMs": reading.source_timestamp_ms or None,
+                    **({"detail": reading.detail} if reading.detail else {}),
+                }
+                for reading in readings
+            ],
+        }
+
+    def _write(self, context: CommandContext) -> Mapping[str, Any]:
+        assert context.instance is not None
+        runner = self.runner(context.instance)
+        signal_id = context.body["signal"]
+        if signal_id not in runner.spec.writes_allow:
+            allowed = sorted(runner.spec.writes_allow)
+            detail = f"allowed: {allowed}" if allowed else "this instance is read-only"
+            raise bad_args(f"signal {signal_id!r} is not in writes.allow ({detail})")
+        signal = next((s for s in runner.spec.signals() if s.id == signal_id), None)
+        if signal is None:
+            raise bad_args(f"signal {signal_id!r} is allow-listed but not configured")
+        raw = raw_write_value(signal, context.body["value"])
+        self._on_device(runner, lambda: runner.driver.write(signal, raw))
+        return {
+            "instance": context.instance,
+            "signal": signal_id,
+            "value": context.body["value"],
+            "written": raw,
+        }
+
+    def _on_device(self, runner: InstanceRunner, work: Callable[[], Any]) -> Any:
+        if not runner.connected:
+            raise CommandError(ErrorCode.DEVICE_UNAVAILABLE, f"{runner.spec.id} is not connected")
+        wait = runner.spec.timing.request_timeout_ms / 1000 + _DEVICE_WAIT_MARGIN_S
+        try:
+            return runner.submit(work).result(wait)
+        except DeviceError as error:
+            code = (
+                ErrorCode.DEVICE_UNAVAILABLE if error.connection_lost else ErrorCode.BACKEND_ERROR
+            )
+            raise CommandError(code, str(error)) from None
+        except ValueError as error:
+            raise bad_args(str(error)) from None
+        except TimeoutError:
+            raise CommandError(
+                ErrorCode.DEVICE_UNAVAILABLE, f"{runner.spec.id} did not answer in {wait:.0f} s"
+            ) from None
+
+    def _pause(self, context: CommandContext) -> Mapping[str, Any]:
+        assert context.instance is not None
+        changed = self.runner(context.instance).pause()
+        return {"instance": context.instance, "paused": True, "changed": changed}
+
+    def _resume(self, context: CommandContext) -> Mapping[str, Any]:
+        assert context.instance is not None
+        changed = self.runner(context.instance).resume()
+        return {"instance": context.instance, "paused": False, "changed": changed}
+
+
+def raw_write_value(signal: SignalSpec, value: Any) -> Any:
+    """The raw value for an engineering-unit write: (value - offset) / scale, rounded for
+    integer types; BOOL takes booleans only."""
+    kind = signal.type.upper()
+    if isinstance(value, list):
+        if signal.array_count is None:
+            raise bad_args(f"value: {signal.id} is not an array")
+        if len(value) != signal.array_count:
+            raise bad_args(f"value: {signal.id} holds {signal.array_count} elements")
+        return [_raw_element(signal, kind, item) for item in value]
+    if signal.array_count is not None:
+        raise bad_args(f"value: {signal.id} is an array of {signal.array_count}")
+    return _raw_element(signal, kind, value)
+
+
+def _raw_element(signal: SignalSpec, kind: str, value: Any) -> Any:
+    if kind == "BOOL":
+        if not isinstance(value, bool):
+            raise bad_args(f"value: {signal.id} is BOOL and takes true or false")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise bad_args(f"value: {signal.id} is {kind} and takes a finite number")
+    raw = (value - (signal.offset or 0.0)) / (signal.scale if signal.scale else 1.0)
+    if kind in ("REAL", "LREAL"):
+        return float(raw)
+    rounded = round(raw)
+    low, high = INTEGER_RANGES.get(kind, (-math.inf, math.inf))
+    if not low <= rounded <= high:
+        raise bad_args(f"value: {value} is raw {rounded}, outside {kind}'s {low}..{high}")
+    return rounded
+
+
+def _fingerprint(value: Mapping[str, Any]) -> str:
+    # Structural comparison: key order and formatting never restart anything.
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)

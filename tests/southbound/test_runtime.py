@@ -1,0 +1,304 @@
+"""The southbound runtime over a real Mosquitto with sim and switchable test devices:
+publication, the verbs, pause and resume, the unreachable alarm and every reload rule."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.southbound.conftest import Adapter, instance, real_signal
+from tests.southbound.sim_component import SimComponent, SwitchedDriver
+from tests.support.servers import wait_until
+from unskit.errors import CommandError, ConfigError
+from unskit.southbound.sim import sim_value
+
+
+def updates(adapter: Adapter, instance_id: str, channel: str):
+    return adapter.seen.on(adapter.data_topic(instance_id, channel))
+
+
+def test_signal_updates_are_published_on_the_data_class(start_adapter) -> None:
+    adapter = start_adapter([instance("press-1", real_signal("speed", publishMode="always"))])
+    wait_until(lambda: len(updates(adapter, "press-1", "speed")) >= 3, 10, "three updates")
+    message = updates(adapter, "press-1", "speed")[0]
+    assert message.header.name == "SouthboundSignalUpdate"
+    assert message.identity is not None
+    assert message.identity.instance == "press-1"
+    body = message.body
+    assert body["signal"] == {"id": "Program:Main.speed", "name": "speed"}
+    (sample,) = body["samples"]
+    assert sample["quality"] == "GOOD"
+    assert isinstance(sample["value"], float)
+    assert 0 <= sample["value"] <= 100
+
+
+def test_on_change_publishes_only_changes(start_adapter) -> None:
+    adapter = start_adapter(
+        [instance("press-1", real_signal("setpoint"), writes=["Program:Main.setpoint"])]
+    )
+    adapter.client.call(
+        "write",
+        {"requestId": "w1", "signal": "Program:Main.setpoint", "value": 42.0},
+        instance="press-1",
+    )
+    wait_until(
+        lambda: any(
+            m.body["samples"][-1]["value"] == 42.0 for m in updates(adapter, "press-1", "setpoint")
+        ),
+        10,
+        "the written value",
+    )
+    count = len(updates(adapter, "press-1", "setpoint"))
+    reads = adapter.client.call("status", instance="press-1")["counters"]["reads"]
+    wait_until(
+        lambda: (
+            adapter.client.call("status", instance="press-1")["counters"]["reads"] >= reads + 10
+        ),
+        10,
+        "ten more polls",
+    )
+    assert len(updates(adapter, "press-1", "setpoint")) == count, "a constant is not republished"
+
+
+def test_batch_windows_put_several_samples_in_one_update(start_adapter) -> None:
+    signal = real_signal("vibration", publishMode="always", batchMs=300)
+    adapter = start_adapter([instance("press-1", signal)])
+    wait_until(lambda: len(updates(adapter, "press-1", "vibration")) >= 2, 10, "two batches")
+    sizes = [len(m.body["samples"]) for m in updates(adapter, "press-1", "vibration")]
+    assert max(sizes) >= 5, sizes
+    stamps = [
+        s["server_timestamp_ms"]
+        for s in updates(adapter, "press-1", "vibration")[1].body["samples"]
+    ]
+    assert stamps == sorted(stamps)
+
+
+def test_status_signals_and_read(start_adapter) -> None:
+    adapter = start_adapter(
+        [
+            instance("press-1", real_signal("speed", scale=2.0, offset=1.0)),
+            instance("press-2", {"id": "Count", "name": "count", "type": "DINT"}),
+        ]
+    )
+    wait_until(
+        lambda: adapter.client.call("status", instance="press-1")["connected"], 10, "connected"
+    )
+    whole = adapter.client.call("status")
+    assert [entry["instance"] for entry in whole["instances"]] == ["press-1", "press-2"]
+    one = adapter.client.call("status", instance="press-2")
+    assert one["adapter"] == "sim"
+    assert one["endpoint"] == "sim://press-2"
+    assert one["security"]["est"] == {"enabled": False}
+    signals = adapter.client.call("signals", {"limit": 1})
+    assert signals["total"] == 2
+    assert signals["items"][0]["instance"] == "press-1"
+    rest = adapter.client.call("signals", {"limit": 1, "cursor": signals["nextCursor"]})
+    assert rest["items"][0]["id"] == "Count"
+    assert rest["nextCursor"] is None
+    read = adapter.client.call("read", {"signals": ["Program:Main.speed"]}, instance="press-1")
+    (reading,) = read["readings"]
+    assert reading["quality"] == "GOOD"
+    assert 1.0 <= reading["value"] <= 201.0, "scaled: raw * 2 + 1"
+    with pytest.raises(CommandError, match="unknown signal ids") as raised:
+        adapter.client.call("read", {"signals": ["Nope"]}, instance="press-1")
+    assert raised.value.code == "BAD_ARGS"
+
+
+@pytest.mark.parametrize(
+    ("writes", "signal", "value", "code", "written"),
+    [
+        (["Count"], "Count", 12.6, "OK", 13),
+        (["Count"], "Count", 2**40, "BAD_ARGS", None),
+        (["Count"], "Count", "high", "BAD_ARGS", None),
+        (["Count"], "Other", 1, "BAD_ARGS", None),
+        ([], "Count", 1, "BAD_ARGS", None),
+        (["Scaled"], "Scaled", 21.0, "OK", 10.0),
+        (["Flag"], "Flag", 1, "BAD_ARGS", None),
+        (["Flag"], "Flag", True, "OK", True),
+    ],
+)
+def test_writes(start_adapter, writes, signal, value, code, written) -> None:
+    signals = [
+        {"id": "Count", "name": "count", "type": "DINT"},
+        {"id": "Scaled", "name": "scaled", "type": "REAL", "scale": 2.0, "offset": 1.0},
+        {"id": "Flag", "name": "flag", "type": "BOOL"},
+    ]
+    adapter = start_adapter([instance("press-1", *signals, writes=writes)])
+    wait_until(
+        lambda: adapter.client.call("status", instance="press-1")["connected"], 10, "connected"
+    )
+    body = {"requestId": "w", "signal": signal, "value": value}
+    if code == "OK":
+        reply = adapter.client.call("write", body, instance="press-1")
+        assert reply["written"] == written
+        read = adapter.client.call("read", {"signals": [signal]}, instance="press-1")
+        assert read["readings"][0]["value"] == pytest.approx(value if signal != "Count" else 13)
+    else:
+        with pytest.raises(CommandError) as raised:
+            adapter.client.call("write", body, instance="press-1")
+        assert raised.value.code == code
+
+
+def test_pause_holds_polling_and_probes_instead(start_adapter) -> None:
+    adapter = start_adapter([instance("press-1", real_signal("speed"), adapter="test")])
+    switch = SwitchedDriver.switch
+    wait_until(lambda: switch.reads >= 3, 10, "polling")
+    assert adapter.client.call("pause", instance="press-1") == {
+        "instance": "press-1",
+        "paused": True,
+        "changed": True,
+    }
+    assert adapter.client.call("pause", instance="press-1")["changed"] is False
+    reads = switch.reads
+    probes = switch.probes
+    wait_until(lambda: switch.probes >= probes + 3, 10, "keepalive probes while paused")
+    assert switch.reads <= reads + 1, "at most the poll in progress"
+    status = adapter.client.call("status", instance="press-1")
+    assert status["paused"] is True
+    assert status["staleSignals"] == 0, "staleness is suspended while paused"
+    assert adapter.client.call("resume", instance="press-1")["changed"] is True
+    wait_until(lambda: switch.reads >= reads + 3, 10, "polling again")
+
+
+def test_unreachable_device_raises_and_clears_the_alarm(start_adapter) -> None:
+    adapter = start_adapter(
+        [
+            instance("press-1", real_signal("speed"), adapter="test"),
+            instance("press-2", real_signal("speed", publishMode="always")),
+        ]
+    )
+    alarm_topic = adapter.runtime.topics.topic(
+        "evt", "error", "device-unreachable", instance="press-1"
+    )
+    wait_until(lambda: adapter.client.call("status", instance="press-1")["connected"], 10, "up")
+    SwitchedDriver.switch.up.clear()
+    wait_until(lambda: len(adapter.seen.on(alarm_topic)) == 1, 10, "the alarm")
+    raised = adapter.seen.on(alarm_topic)[0].body
+    assert raised["state"] == "raised"
+    assert "test switch off" in raised["context"]["error"]
+    status = adapter.client.call("status", instance="press-1")
+    assert status["connected"] is False
+    assert "test switch off" in status["lastError"]
+    with pytest.raises(CommandError) as refused:
+        adapter.client.call("read", instance="press-1")
+    assert refused.value.code == "DEVICE_UNAVAILABLE"
+    # The other instance keeps publishing.
+    before = len(updates(adapter, "press-2", "speed"))
+    wait_until(lambda: len(updates(adapter, "press-2", "speed")) > before + 3, 10, "press-2")
+    SwitchedDriver.switch.up.set()
+    wait_until(lambda: len(adapter.seen.on(alarm_topic)) == 2, 10, "the clear")
+    assert adapter.seen.on(alarm_topic)[1].body["state"] == "cleared"
+    assert adapter.client.call("status", instance="press-1")["counters"]["reconnects"] >= 1
+
+
+# -- reload: one row per rule --------------------------------------------------------------------
+
+
+@pytest.fixture
+def three(start_adapter) -> Adapter:
+    adapter = start_adapter(
+        [
+            instance("a", real_signal("speed")),
+            instance("b", real_signal("speed")),
+            instance("c", real_signal("speed")),
+        ]
+    )
+    adapter.client.call("pause", instance="c")
+    return adapter
+
+
+def instances_of(adapter: Adapter) -> list:
+    return copy.deepcopy(adapter.document["component"]["instances"])
+
+
+def with_instances(adapter: Adapter, instances: list) -> dict:
+    document = copy.deepcopy(adapter.document)
+    document["component"]["instances"] = instances
+    return document
+
+
+def test_reload_one_instance_changed(three) -> None:
+    changed = instances_of(three)
+    changed[0]["groups"][0]["intervalMs"] = 30
+    reply = three.reload(with_instances(three, changed))
+    assert reply == {"started": ["a"], "stopped": [], "kept": ["b", "c"], "skipped": []}
+    assert three.client.call("status", instance="c")["paused"] is True, "untouched keeps pause"
+
+
+def test_reload_instance_added_and_removed(three) -> None:
+    entries = [*instances_of(three)[1:], instance("d", real_signal("speed"))]
+    reply = three.reload(with_instances(three, entries))
+    assert reply == {"started": ["d"], "stopped": ["a"], "kept": ["b", "c"], "skipped": []}
+    assert three.client.call("status")["instances"][-1]["instance"] == "d"
+    with pytest.raises(CommandError) as raised:
+        three.client.call("status", instance="a")
+    assert raised.value.code == "NO_SUCH_INSTANCE"
+
+
+def test_reload_shared_section_restarts_every_instance(three) -> None:
+    document = with_instances(three, instances_of(three))
+    document["component"]["timing"]["keepalive_probe_interval_ms"] = 40
+    reply = three.reload(document)
+    assert reply == {"started": ["a", "b", "c"], "stopped": [], "kept": [], "skipped": []}
+    assert three.client.call("status", instance="c")["paused"] is False, "restarted: running"
+
+
+def test_reload_formatting_only_restarts_nothing(three) -> None:
+    reordered = [dict(reversed(list(entry.items()))) for entry in instances_of(three)]
+    reply = three.reload(with_instances(three, reordered))
+    assert reply == {"started": [], "stopped": [], "kept": ["a", "b", "c"], "skipped": []}
+
+
+def test_reload_skips_malformed_duplicate_and_unknown_adapter(three) -> None:
+    entries = [
+        *instances_of(three),
+        {"id": "broken"},
+        instance("a", real_signal("other")),
+        instance("e", real_signal("speed"), adapter="profinet"),
+    ]
+    reply = three.reload(with_instances(three, entries))
+    assert reply["kept"] == ["a", "b", "c"]
+    assert sorted(reply["skipped"]) == ["a", "broken", "e"]
+
+
+def test_reload_without_a_valid_instance_is_rejected(three) -> None:
+    with pytest.raises(CommandError, match="no valid instance") as raised:
+        three.reload(with_instances(three, [{"id": "broken"}]))
+    assert raised.value.code == "BAD_ARGS"
+    assert len(three.client.call("status")["instances"]) == 3
+
+
+def test_reload_with_an_unstartable_instance_is_rejected_whole(three) -> None:
+    SimComponent.unstartable.add("x")
+    entries = instances_of(three)
+    entries[1]["groups"][0]["intervalMs"] = 25
+    entries.append(instance("x", real_signal("speed"), adapter="test"))
+    with pytest.raises(CommandError, match="broken certificate"):
+        three.reload(with_instances(three, entries[:1] + entries[1:]))
+    statuses = three.client.call("status")["instances"]
+    assert [s["instance"] for s in statuses] == ["a", "b", "c"]
+    assert statuses[2]["paused"] is True, "nothing was touched"
+
+
+def test_reload_publishes_config_applied(three) -> None:
+    topic = three.runtime.topics.topic("evt", "info", "config-applied")
+    reply = three.reload(with_instances(three, instances_of(three)[:2]))
+    wait_until(lambda: len(three.seen.on(topic)) == 1, 10, "the event")
+    assert three.seen.on(topic)[0].body["context"] == reply
+
+
+def test_start_with_no_valid_instance_is_refused(start_adapter) -> None:
+    with pytest.raises(ConfigError, match="no valid instance"):
+        start_adapter([{"id": "broken"}])
+
+
+def test_sim_values_are_deterministic() -> None:
+    from unskit.southbound.driver import SignalSpec
+
+    real = SignalSpec("Tag", "tag", "REAL", array_count=2)
+    assert sim_value(real, 1234.5) == sim_value(real, 1234.5)
+    assert sim_value(SignalSpec("C", "c", "DINT"), 100.0) + 1 == sim_value(
+        SignalSpec("C", "c", "DINT"), 101.0
+    )
+    assert isinstance(sim_value(SignalSpec("F", "f", "BOOL"), 3.0), bool)
