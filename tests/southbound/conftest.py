@@ -103,8 +103,14 @@ def start_adapter(
     runtimes: list[Runtime] = []
     clients: list[MessagingClient] = []
 
-    def start(instances: list[dict[str, Any]]) -> Adapter:
+    def start(
+        instances: list[dict[str, Any]],
+        timing: dict[str, Any] | None = None,
+        **sections: Any,
+    ) -> Adapter:
         doc = document(broker.plain_port, tmp_path, instances)
+        doc["component"]["timing"].update(timing or {})
+        doc.update(sections)
         path = tmp_path / f"adapter-{len(runtimes)}.json"
         path.write_text(json.dumps(doc))
         loader = ConfigLoader(

@@ -302,3 +302,14 @@ def test_sim_values_are_deterministic() -> None:
         SignalSpec("C", "c", "DINT"), 101.0
     )
     assert isinstance(sim_value(SignalSpec("F", "f", "BOOL"), 3.0), bool)
+
+
+def test_metrics_interval_follows_the_component(start_adapter) -> None:
+    adapter = start_adapter(
+        [instance("press-1", real_signal("speed"))],
+        metricEmission={"enabled": True, "target": "log", "intervalSeconds": 60},
+        timing={"metrics_interval_secs": 7},
+    )
+    reporter = adapter.runtime._reporter
+    assert reporter is not None
+    assert reporter.interval == 7.0

@@ -144,6 +144,12 @@ class Runtime:
             )
         return self._inbox
 
+    def set_metrics_interval(self, seconds: float) -> None:
+        """A component's own metric cadence (an adapter's metricsIntervalSecs) overrides
+        metricEmission.intervalSeconds; a no-op when metric emission is off."""
+        if self._reporter is not None:
+            self._reporter.set_interval(seconds)
+
     def _count_command(self, verb: str, outcome: str) -> None:
         self.metrics.counter("commands", "replies", {"verb": verb, "outcome": outcome}).inc()
 

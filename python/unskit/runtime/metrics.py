@@ -629,6 +629,17 @@ class MetricsReporter:
             self._safe_emit()
         self._emitter.close()
 
+    def set_interval(self, interval_secs: float) -> None:
+        """A new cadence, from the next emit on."""
+        if not _is_number(interval_secs) or not interval_secs > 0:
+            raise ValueError(f"the metrics interval must be positive; got {interval_secs!r}")
+        self._interval = float(interval_secs)
+
+    @property
+    def interval(self) -> float:
+        """Seconds between emits."""
+        return self._interval
+
     @property
     def running(self) -> bool:
         """Whether the emit loop thread is alive."""

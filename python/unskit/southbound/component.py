@@ -43,6 +43,7 @@ class SouthboundComponent:
 
     def __init__(self) -> None:
         self.service: SouthboundService | None = None
+        self._runtime: Runtime | None = None
 
     def drivers(self) -> Mapping[str, DriverFactory]:
         """The backends this build has, by adapter name."""
@@ -57,6 +58,8 @@ class SouthboundComponent:
         service = SouthboundService(runtime, self.drivers())
         candidate = self.parse(runtime.config)
         service.apply(candidate.specs, candidate.skipped, shared_sections(runtime.config))
+        self._runtime = runtime
+        self._follow_metrics_interval(candidate)
         self.service = service
         service.register_verbs(runtime.command_inbox(service.instance_ids))
 
@@ -64,7 +67,14 @@ class SouthboundComponent:
         """Applies a changed configuration as one transaction (ConfigError rejects it)."""
         assert self.service is not None
         candidate = self.parse(config)
-        return self.service.apply(candidate.specs, candidate.skipped, shared_sections(config))
+        outcome = self.service.apply(candidate.specs, candidate.skipped, shared_sections(config))
+        self._follow_metrics_interval(candidate)
+        return outcome
+
+    def _follow_metrics_interval(self, candidate: Candidate) -> None:
+        # metricsIntervalSecs is component-global: every instance carries the same timing.
+        if self._runtime is not None and candidate.specs:
+            self._runtime.set_metrics_interval(candidate.specs[0].timing.metrics_interval_secs)
 
     def drain(self) -> None:
         """Stops every instance: the last batches are published, connections closed."""
