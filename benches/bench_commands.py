@@ -1,29 +1,33 @@
 """The command inbox end to end: immediate requests/s through validation, the verb table and
 (for a mutating verb) the durable idempotency store, beside raw request/reply of the
-messaging client to a bare responder with the same number of requests in flight."""
+messaging client to a bare responder with the same number of requests in flight. Both
+responders run in their own process, as a deployed component does."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tests.commands.conftest import sample_document
-from tests.commands.sample_component import SampleComponent
 from tests.support.servers import wait_until
 
 from benches.conftest import connected_client
 from unskit.commands import CommandClient
-from unskit.config import ConfigLoader
 from unskit.envelope import Message, MessageBuilder
+from unskit.errors import RequestTimeoutError
 from unskit.messaging import RequestFuture
-from unskit.runtime.component import Runtime
 
 REQUESTS = 6000
 IN_FLIGHT = 64
 TARGET_PER_S = 2000
+REPO = Path(__file__).resolve().parents[1]
 
 
 def drive(send: Callable[[int], RequestFuture], check: Callable[[Message], None]) -> float:
@@ -39,31 +43,35 @@ def drive(send: Callable[[int], RequestFuture], check: Callable[[Message], None]
     return REQUESTS / (time.perf_counter() - started)
 
 
-def start_inbox(port: int, state_dir: Path) -> Runtime:
-    path = state_dir / "bench.json"
-    document = sample_document(port, state_dir / "state", ["cam-1", "cam-2"])
-    document["logging"] = {"level": "WARNING"}
-    path.write_text(json.dumps(document))
-    loader = ConfigLoader(
-        path, thing="gw", component_schema=SampleComponent.schema, default_component="sample"
-    )
-    runtime = Runtime(loader.load()).start(SampleComponent(), loader)
-    assert runtime.get_messaging().wait_connected(10)
-    return runtime
+@contextlib.contextmanager
+def process(*args: str) -> Iterator[subprocess.Popen[bytes]]:
+    child = subprocess.Popen([sys.executable, "-m", *args], cwd=REPO)
+    try:
+        yield child
+    finally:
+        child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(20)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
 
 
 def test_inbox_immediate_requests_per_second(benchmark, ratio, broker, tmp_path) -> None:
-    runtime = start_inbox(broker.plain_port, tmp_path)
-    client = connected_client(broker.plain_port)
-    commands = CommandClient.for_scope(client, runtime.topics)
-    wait_until(lambda: commands.send("ping").get(1) is not None, 10, "the inbox")
-
-    responder = connected_client(broker.plain_port)
+    document = sample_document(broker.plain_port, tmp_path / "state", ["cam-1", "cam-2"])
+    document["logging"] = {"level": "WARNING"}
+    config = tmp_path / "bench.json"
+    config.write_text(json.dumps(document))
     raw_topic = f"bench/{uuid.uuid4().hex[:8]}/cmd/sb/ping"
-    pong = MessageBuilder("CommandReply", "1.0").body({"pong": True}).build()
-    responder.subscribe(raw_topic, lambda _t, request: responder.reply(request, pong))
+    client = connected_client(broker.plain_port)
+    commands = CommandClient(client, "sample", "gw", root=document["topic"]["root"])
     request = MessageBuilder("CommandRequest", "1.0").body({}).build()
-    wait_until(lambda: client.request(raw_topic, request).get(1) is not None, 10, "responder")
+
+    def answers(send: Callable[[], RequestFuture]) -> bool:
+        try:
+            return send().get(1) is not None
+        except RequestTimeoutError:
+            return False
 
     def expect_ok(reply: Message) -> None:
         assert "errorCode" not in reply.body, reply.body
@@ -71,26 +79,26 @@ def test_inbox_immediate_requests_per_second(benchmark, ratio, broker, tmp_path)
     results: dict[str, float] = {}
 
     def run() -> None:
-        results["raw"] = drive(lambda _i: client.request(raw_topic, request), expect_ok)
-        results["ping"] = drive(lambda _i: commands.send("ping"), expect_ok)
-        results["set-point"] = drive(
-            lambda i: commands.send(
-                "set-point", {"requestId": f"r{i}", "value": i % 1000}, "cam-1"
-            ),
-            expect_ok,
-        )
+        with process("benches.raw_responder", str(broker.plain_port), raw_topic):
+            wait_until(lambda: answers(lambda: client.request(raw_topic, request, 1)), 20, "raw")
+            results["raw"] = drive(lambda _i: client.request(raw_topic, request), expect_ok)
+        with process("tests.commands.sample_component", "-c", str(config), "-t", "gw"):
+            wait_until(lambda: answers(lambda: commands.send("ping", timeout=1)), 20, "inbox")
+            results["ping"] = drive(lambda _i: commands.send("ping"), expect_ok)
+            results["set-point"] = drive(
+                lambda i: commands.send("set-point", {"requestId": f"r{i}", "value": i % 1000}, "cam-1"),
+                expect_ok,
+            )
 
     try:
         benchmark.pedantic(run, rounds=1, iterations=1)
     finally:
-        for messaging in (client, responder):
-            messaging.close(1)
-        runtime.shutdown()
+        client.close(1)
     for verb in ("ping", "set-point"):
         row = ratio(
             f"commands.inbox.{verb}",
             results[verb],
-            "raw request/reply (bare responder)",
+            "raw request/reply (bare responder process)",
             results["raw"],
             target_ops_per_s=TARGET_PER_S,
             in_flight=IN_FLIGHT,
