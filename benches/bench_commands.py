@@ -86,7 +86,9 @@ def test_inbox_immediate_requests_per_second(benchmark, ratio, broker, tmp_path)
             wait_until(lambda: answers(lambda: commands.send("ping", timeout=1)), 20, "inbox")
             results["ping"] = drive(lambda _i: commands.send("ping"), expect_ok)
             results["set-point"] = drive(
-                lambda i: commands.send("set-point", {"requestId": f"r{i}", "value": i % 1000}, "cam-1"),
+                lambda i: commands.send(
+                    "set-point", {"requestId": f"r{i}", "value": i % 1000}, "cam-1"
+                ),
                 expect_ok,
             )
 
