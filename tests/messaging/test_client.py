@@ -60,6 +60,16 @@ class Inbox:
                 raise AssertionError(f"got {len(self.items)} of {count} messages")
             return list(self.items)
 
+    def wait_for_uuids(self, uuids: set[str], timeout: float = 10) -> set[str]:
+        """Waits until every uuid in `uuids` has arrived (QoS 1 may deliver one twice)."""
+        def seen() -> set[str]:
+            return {m.header.uuid for _, m in self.items}
+
+        with self._cond:
+            if not self._cond.wait_for(lambda: uuids <= seen(), timeout):
+                raise AssertionError(f"missing {sorted(uuids - seen())}")
+            return seen()
+
 
 def test_publish_subscribe_round_trip(broker, make_client, topic_root):
     client = make_client(broker_config(broker.plain_port))
