@@ -22,7 +22,7 @@ from unskit.config.vault import DEFAULT_KEY_ENV, Vault, VaultKey
 from unskit.envelope import Identity, Message, MessageBuilder
 from unskit.errors import ConfigError, ConfigIssue, SecretError
 from unskit.messaging.tools import add_tool_parsers
-from unskit.runtime.component import load_component, run_component
+from unskit.runtime.component import ComponentApp, load_component, run_component
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -68,6 +68,9 @@ def _validate(args: argparse.Namespace) -> int:
                 default_component=args.component,
                 source=loader.source.location,
             )
+            check = getattr(_component_class(args), "configuration_issues", None)
+            if check is not None and (issues := check(config)):
+                raise ConfigError(issues, source=loader.source.location)
             detail = f"identity {config.identity.hier} = {config.identity.path}, "
             detail += f"component {config.component_token}"
         else:
@@ -89,10 +92,16 @@ def _component_schema(args: argparse.Namespace) -> Mapping[str, Any] | None:
     """--schema FILE, else the schema of the installed component named by --component."""
     if args.schema:
         return _read_schema(args.schema)
+    app_class = _component_class(args)
+    return None if app_class is None else app_class.schema
+
+
+def _component_class(args: argparse.Namespace) -> type[ComponentApp] | None:
+    """The installed component named by --component, if there is one."""
     if args.component is None:
         return None
     try:
-        return load_component(args.component).schema
+        return load_component(args.component)
     except ConfigError:
         return None  # not an installed component: only its token is known
 

@@ -62,6 +62,7 @@ class Inbox:
 
     def wait_for_uuids(self, uuids: set[str], timeout: float = 10) -> set[str]:
         """Waits until every uuid in `uuids` has arrived (QoS 1 may deliver one twice)."""
+
         def seen() -> set[str]:
             return {m.header.uuid for _, m in self.items}
 

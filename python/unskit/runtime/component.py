@@ -52,7 +52,9 @@ DRAIN_TIMEOUT_S = 5.0
 
 
 class ComponentApp(Protocol):
-    """What a component implements; the runtime owns everything around it."""
+    """What a component implements; the runtime owns everything around it. A component
+    whose section has rules its schema cannot say also offers a classmethod
+    ``configuration_issues(config) -> list[ConfigIssue]``, which `unskit validate` calls."""
 
     #: The {component} topic token used when the configuration sets none.
     token: ClassVar[str]

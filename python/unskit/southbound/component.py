@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from unskit.commands import ReloadOutcome
 from unskit.config.model import ComponentConfig, thaw
+from unskit.errors import ConfigIssue
 from unskit.runtime.component import Runtime
 from unskit.southbound.driver import InstanceSpec
 from unskit.southbound.service import DriverFactory, Skipped, SouthboundService
@@ -52,6 +53,18 @@ class SouthboundComponent:
     def parse(self, config: ComponentConfig) -> Candidate:
         """The instances of a configuration; malformed ones are skipped, not raised."""
         raise NotImplementedError
+
+    @classmethod
+    def configuration_issues(cls, config: ComponentConfig) -> list[ConfigIssue]:
+        """The instance entries the component would skip, as configuration issues."""
+        candidate = cls().parse(config)
+        return [
+            issue
+            for skipped in candidate.skipped
+            for issue in (
+                skipped.issues or (ConfigIssue(f"instance {skipped.id}", skipped.reason),)
+            )
+        ]
 
     def start(self, runtime: Runtime) -> None:
         """Starts every valid instance (refusing to start with none) and offers the verbs."""

@@ -53,6 +53,8 @@ _DEVICE_WAIT_MARGIN_S = 5.0
 class Skipped:
     id: str
     reason: str
+    #: The broken rules with their JSON paths, when the entry is malformed.
+    issues: tuple[ConfigIssue, ...] = ()
 
 
 @dataclass

@@ -1,0 +1,364 @@
+"""The ethernet-ip-adapter's `component` section, parsed into southbound instances.
+
+The document-level schema checks `component.global` and that `instances` is a non-empty
+array; each instance entry is then checked on its own (its schema, then the rules a schema
+cannot say), so one malformed entry is skipped with its JSON path while the others run."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from unskit.config.model import ComponentConfig, thaw
+from unskit.config.schema import load_schema, validate_with_schema
+from unskit.errors import ConfigIssue
+from unskit.southbound.component import Candidate
+from unskit.southbound.driver import (
+    Deadband,
+    InstanceSpec,
+    PollGroupSpec,
+    PublishMode,
+    SignalSpec,
+    Timing,
+)
+from unskit.southbound.service import Skipped
+
+__all__ = [
+    "CIP_PORT",
+    "CIP_TLS_PORT",
+    "TOKEN",
+    "CipConnection",
+    "component_schema",
+    "parse_component",
+]
+
+_log = logging.getLogger(__name__)
+
+TOKEN = "ethernet-ip-adapter"
+CIP_PORT = 44818
+CIP_TLS_PORT = 2221
+SCHEMA_FILE = "ethernet-ip-adapter.schema.json"
+_MAX_PORT = 65535
+
+#: Built-in values, the last step of the precedence signal > group > device > global.
+BUILTIN_POLL_INTERVAL_MS = 5000
+BUILTIN_PUBLISH_MODE = "onChange"
+BUILTIN_BATCH_MS = 0
+
+#: Credential styles: each credential is sourced by exactly one of these key sets.
+_CLIENT_STYLES = {
+    "vault": ("certSecret",),
+    "file": ("certFile", "keyFile"),
+    "inline": ("cert", "key"),
+}
+_CA_STYLES = ("secret", "file", "cert", "trustStore", "list")
+
+
+@functools.cache
+def component_schema() -> Mapping[str, Any]:
+    """The `component` section's JSON Schema (a data file shipped with the package)."""
+    return load_schema(SCHEMA_FILE)
+
+
+@functools.cache
+def _instance_schema() -> Mapping[str, Any]:
+    schema = component_schema()
+    return {
+        "$schema": schema["$schema"],
+        "$id": f"{schema['$id']}:instance",
+        "$defs": schema["$defs"],
+        "$ref": "#/$defs/instance",
+    }
+
+
+@dataclass(frozen=True)
+class CipConnection:
+    """Where and how a poll instance reaches its PLC (the driver reads this from extra)."""
+
+    host: str
+    port: int
+    slot: int | None
+    connected: bool
+
+    @property
+    def endpoint(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def parse_component(config: ComponentConfig) -> Candidate:
+    """Every valid instance (precedence resolved) and every skipped one with its reason."""
+    component = thaw(config.component)
+    global_section = component.get("global") or {}
+    timing = _timing(global_section)
+    global_defaults = global_section.get("defaults") or {}
+    specs: list[InstanceSpec] = []
+    skipped: list[Skipped] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(component.get("instances") or []):
+        path = f"$.component.instances[{index}]"
+        ident = entry.get("id") if isinstance(entry, Mapping) else None
+        name = ident if isinstance(ident, str) and ident else f"#{index}"
+        issues = _instance_issues(entry, index)
+        if issues:
+            reason = "; ".join(str(issue) for issue in issues)
+            skipped.append(Skipped(name, reason, tuple(issues)))
+            continue
+        if name in seen:
+            issue = ConfigIssue(f"{path}.id", "duplicate id: the first entry wins")
+            skipped.append(Skipped(name, str(issue), (issue,)))
+            continue
+        seen.add(name)
+        if entry.get("mode", "poll") == "push":
+            # Push-mode configuration is validated; its runtime (class-1 I/O) is not built yet.
+            issue = ConfigIssue(f"{path}.mode", "push mode is not available in this build yet")
+            skipped.append(Skipped(name, str(issue), (issue,)))
+            continue
+        specs.append(_instance(entry, global_defaults, timing))
+    return Candidate(specs, skipped)
+
+
+def _timing(global_section: Mapping[str, Any]) -> Timing:
+    timing = global_section.get("timing") or {}
+    thresholds = global_section.get("thresholds") or {}
+    metrics = global_section.get("metrics") or {}
+    defaults = Timing()
+    return Timing(
+        connect_ms=timing.get("connectMs", defaults.connect_ms),
+        request_timeout_ms=timing.get("requestTimeoutMs", defaults.request_timeout_ms),
+        reconnect_backoff_min_ms=timing.get(
+            "reconnectBackoffMinMs", defaults.reconnect_backoff_min_ms
+        ),
+        reconnect_backoff_max_ms=max(
+            timing.get("reconnectBackoffMaxMs", defaults.reconnect_backoff_max_ms),
+            timing.get("reconnectBackoffMinMs", defaults.reconnect_backoff_min_ms),
+        ),
+        stale_signal_secs=thresholds.get("staleSignalSecs", defaults.stale_signal_secs),
+        keepalive_probe_interval_ms=timing.get(
+            "keepaliveProbeIntervalMs", defaults.keepalive_probe_interval_ms
+        ),
+        metrics_interval_secs=metrics.get("metricsIntervalSecs", defaults.metrics_interval_secs),
+    )
+
+
+def _instance_issues(entry: object, index: int) -> list[ConfigIssue]:
+    """Schema issues of one entry, then the cross-key rules (only on a schema-valid entry)."""
+    issues = validate_with_schema(entry, _instance_schema(), ("component", "instances", index))
+    if issues or not isinstance(entry, Mapping):
+        return issues
+    return list(_rules(entry, f"$.component.instances[{index}]"))
+
+
+def _rules(entry: Mapping[str, Any], path: str) -> Iterator[ConfigIssue]:
+    mode = entry.get("mode", "poll")
+    if mode == "poll":
+        if "pollGroups" not in entry:
+            yield ConfigIssue(f"{path}.pollGroups", "a poll instance requires pollGroups")
+        if "io" in entry:
+            yield ConfigIssue(f"{path}.io", "a poll instance must not have io (push mode only)")
+    else:
+        if "io" not in entry:
+            yield ConfigIssue(f"{path}.io", "a push instance requires io")
+        if "pollGroups" in entry:
+            yield ConfigIssue(f"{path}.pollGroups", "a push instance must not have pollGroups")
+    port = _connection(entry["connection"]).port
+    if not 0 < port <= _MAX_PORT:
+        yield ConfigIssue(f"{path}.connection.endpoint", f"port {port} is not in 1..{_MAX_PORT}")
+    security = entry["connection"].get("security") or {}
+    if mode == "push" and security.get("mode") == "tls":
+        yield ConfigIssue(
+            f"{path}.connection.security.mode", "push mode runs on plaintext UDP only, not tls"
+        )
+    yield from _security_rules(security, f"{path}.connection.security")
+    signal_ids: set[str] = set()
+    names: set[str] = set()
+    for g, group in enumerate(entry.get("pollGroups") or []):
+        for s, signal in enumerate(group["signals"]):
+            at = f"{path}.pollGroups[{g}].signals[{s}]"
+            yield from _unique(signal["name"], names, f"{at}.name", "signal name")
+            yield from _unique(signal["tagPath"], signal_ids, f"{at}.tagPath", "tagPath")
+            yield from _numeric_only(signal, at, ("scale", "offset", "deadband"))
+    io = entry.get("io")
+    if io is not None:
+        yield from _io_rules(io, f"{path}.io", names, signal_ids)
+    for a, allowed in enumerate((entry.get("writes") or {}).get("allow", [])):
+        if allowed not in signal_ids:
+            yield ConfigIssue(
+                f"{path}.writes.allow[{a}]", f"{allowed!r} is not a signal id of this instance"
+            )
+
+
+def _unique(value: str, seen: set[str], path: str, what: str) -> Iterator[ConfigIssue]:
+    if value in seen:
+        yield ConfigIssue(path, f"duplicate {what} {value!r}: it must be unique per device")
+    seen.add(value)
+
+
+def _numeric_only(field: Mapping[str, Any], path: str, keys: tuple[str, ...]) -> Iterator[Any]:
+    if field["type"] == "BOOL":
+        for key in keys:
+            if key in field:
+                yield ConfigIssue(f"{path}.{key}", "applies to numeric types only, not BOOL")
+
+
+def _io_rules(
+    io: Mapping[str, Any], path: str, names: set[str], signal_ids: set[str]
+) -> Iterator[ConfigIssue]:
+    for direction in ("input", "output"):
+        block = io.get(direction)
+        if block is None:
+            continue
+        size = block.get("sizeBytes", 0)
+        instance = io["assemblies"][direction]
+        fields = block.get("signals") or []
+        if direction == "output" and size == 0 and fields:
+            yield ConfigIssue(f"{path}.output.signals", "a heartbeat output (sizeBytes 0) has none")
+        for f, field in enumerate(fields):
+            at = f"{path}.{direction}.signals[{f}]"
+            yield from _unique(field["name"], names, f"{at}.name", "signal name")
+            yield from _numeric_only(field, at, ("scale", "valueOffset", "deadband"))
+            if "bit" in field and (field["type"] != "BOOL" or "arrayCount" in field):
+                yield ConfigIssue(f"{at}.bit", "bit applies to a single BOOL only")
+            end = field["offset"] + _field_bytes(field)
+            if end > size:
+                yield ConfigIssue(
+                    f"{at}.offset", f"the field ends at byte {end}, outside sizeBytes {size}"
+                )
+            signal_ids.add(assembly_signal_id(instance, field))
+
+
+#: Bytes of one element of each CIP elementary type.
+TYPE_BYTES = {
+    "BOOL": 1,
+    "SINT": 1,
+    "USINT": 1,
+    "INT": 2,
+    "UINT": 2,
+    "DINT": 4,
+    "UDINT": 4,
+    "REAL": 4,
+    "LINT": 8,
+    "ULINT": 8,
+    "LREAL": 8,
+}
+
+
+def _field_bytes(field: Mapping[str, Any]) -> int:
+    count = int(field.get("arrayCount", 1))
+    if field["type"] == "BOOL" and "bit" not in field and count > 1:
+        return (count + 7) // 8  # a BOOL array in an assembly is packed, 8 to a byte
+    return TYPE_BYTES[field["type"]] * count
+
+
+def assembly_signal_id(instance: int, field: Mapping[str, Any]) -> str:
+    """The stable id of an assembly field: ``a<instance>/<offset>/<type>[.<bit>]``."""
+    bit = f".{field['bit']}" if "bit" in field else ""
+    return f"a{instance}/{field['offset']}/{field['type']}{bit}"
+
+
+def _security_rules(security: Mapping[str, Any], path: str) -> Iterator[ConfigIssue]:
+    client = security.get("client") or {}
+    client_styles = [
+        style for style, keys in _CLIENT_STYLES.items() if any(key in client for key in keys)
+    ]
+    if len(client_styles) > 1:
+        yield ConfigIssue(
+            f"{path}.client",
+            f"the client identity mixes sourcing styles ({', '.join(client_styles)}): use one",
+        )
+    for style in ("file", "inline"):
+        keys = _CLIENT_STYLES[style]
+        if style in client_styles and not all(key in client for key in keys):
+            yield ConfigIssue(f"{path}.client", f"{' and '.join(keys)} go together")
+    ca = security.get("ca") or {}
+    ca_styles = [key for key in _CA_STYLES if key in ca]
+    if len(ca_styles) > 1:
+        yield ConfigIssue(
+            f"{path}.ca", f"the CA mixes sourcing styles ({', '.join(ca_styles)}): use one"
+        )
+    if security.get("mode") == "tls":
+        if not client_styles:
+            yield ConfigIssue(f"{path}.client", "tls requires a client identity")
+        bundle_ca = "certSecret" in client  # a certSecret bundle may carry caPem
+        if security.get("verifyPeer", True) and not ca_styles and not bundle_ca:
+            yield ConfigIssue(f"{path}.ca", "tls with verifyPeer requires trust anchors")
+    est = security.get("est") or {}
+    if est.get("enabled") and client_styles == ["file"] and "into" not in est:
+        yield ConfigIssue(
+            f"{path}.est.into", "a file-only client identity needs an explicit into destination"
+        )
+
+
+def _instance(
+    entry: Mapping[str, Any], global_defaults: Mapping[str, Any], timing: Timing
+) -> InstanceSpec:
+    device_defaults = entry.get("defaults") or {}
+    connection = _connection(entry["connection"])
+
+    def resolved(key: str, builtin: Any, *layers: Mapping[str, Any]) -> Any:
+        for layer in (*layers, device_defaults, global_defaults):
+            if key in layer:
+                return layer[key]
+        return builtin
+
+    groups: list[PollGroupSpec] = []
+    for g, group in enumerate(entry.get("pollGroups") or []):
+        interval = resolved("pollIntervalMs", BUILTIN_POLL_INTERVAL_MS, group)
+        signals = [
+            SignalSpec(
+                id=signal["tagPath"],
+                name=signal["name"],
+                type=signal["type"],
+                array_count=signal.get("arrayCount"),
+                scale=signal.get("scale"),
+                offset=signal.get("offset"),
+                deadband=Deadband(**(signal.get("deadband") or {})),
+                publish_mode=PublishMode(
+                    resolved("publishMode", BUILTIN_PUBLISH_MODE, signal, group)
+                ),
+                batch_ms=resolved("batchMs", BUILTIN_BATCH_MS, signal, group),
+            )
+            for signal in group["signals"]
+        ]
+        for signal in signals:
+            if signal.type == "BOOL" and signal.array_count is not None:
+                _log.warning(
+                    "instance %s: BOOL array %s is experimental (packed replies are unpacked "
+                    "to %d booleans)",
+                    entry["id"],
+                    signal.id,
+                    signal.array_count,
+                )
+        groups.append(PollGroupSpec(group.get("id", f"group-{g + 1}"), interval, signals))
+    return InstanceSpec(
+        id=entry["id"],
+        adapter=entry.get("adapter", "ethernet-ip"),
+        endpoint=connection.endpoint,
+        poll_groups=groups,
+        writes_allow=frozenset((entry.get("writes") or {}).get("allow", [])),
+        timing=timing,
+        entry=entry,
+    )
+
+
+def _connection(connection: Mapping[str, Any]) -> CipConnection:
+    endpoint: str = connection["endpoint"]
+    tls = (connection.get("security") or {}).get("mode") == "tls"
+    port = CIP_TLS_PORT if tls else CIP_PORT
+    host = endpoint
+    if endpoint.startswith("["):
+        host, _, rest = endpoint[1:].partition("]")
+        if rest.startswith(":"):
+            port = int(rest[1:])
+    elif ":" in endpoint:
+        host, _, text = endpoint.rpartition(":")
+        port = int(text)
+    return CipConnection(host, port, connection.get("slot"), bool(connection.get("connected")))
+
+
+def cip_connection(spec: InstanceSpec) -> CipConnection:
+    """The connection settings of a parsed instance."""
+    return _connection(spec.entry["connection"])
