@@ -254,9 +254,9 @@ class PollDriver:
         return Reading(signal.id, values, Quality.GOOD, now_ms)
 
     def write(self, signal: SignalSpec, value: Any) -> None:
-        plc = self._require()
         if signal.id in self._packed:
             raise ValueError(f"{signal.id} is a packed BOOL array: writes are refused")
+        plc = self._require()
         request = self._request(signal)
         plc._cfg["connection_size"] = self._write_bytes
         result = self._call(lambda: plc.write((request, value)))

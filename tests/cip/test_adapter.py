@@ -1,0 +1,165 @@
+"""The ethernet-ip-adapter end to end: cpppo's Logix simulator polled through the southbound
+runtime, updates and verbs over a real Mosquitto."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.cip.conftest import plc_instance, plc_signal
+from tests.support.adapter import Adapter
+from tests.support.cpppo import LogixSimulator
+from tests.support.servers import wait_until
+from unskit.errors import CommandError
+
+
+def updates(adapter: Adapter, instance_id: str, channel: str) -> list:
+    return adapter.seen.on(adapter.data_topic(instance_id, channel))
+
+
+def last_value(adapter: Adapter, instance_id: str, channel: str):
+    got = updates(adapter, instance_id, channel)
+    return got[-1].body["samples"][-1]["value"] if got else None
+
+
+def connected(adapter: Adapter, instance_id: str) -> None:
+    wait_until(
+        lambda: adapter.client.call("status", instance=instance_id)["connected"],
+        15,
+        f"{instance_id} to connect",
+    )
+
+
+def write(adapter: Adapter, instance_id: str, signal: str, value, request_id: str) -> dict:
+    body = {"requestId": request_id, "signal": signal, "value": value}
+    return adapter.client.call("write", body, instance=instance_id)
+
+
+def test_values_qualities_and_scaling_are_published(start_cip, logix: LogixSimulator) -> None:
+    signals = [
+        {**plc_signal("Temp", "REAL"), "scale": 2.0, "offset": 1.0},
+        plc_signal("Counts", "DINT") | {"arrayCount": 10},
+        plc_signal("Flag", "BOOL"),
+        plc_signal("Counts[12]", "DINT") | {"name": "beyond"},
+    ]
+    adapter = start_cip(
+        [plc_instance("plc-1", logix.endpoint, *signals, writes={"allow": ["Temp", "Counts"]})]
+    )
+    connected(adapter, "plc-1")
+    wait_until(lambda: last_value(adapter, "plc-1", "temp") == 1.0, 10, "raw 0 scaled to 1")
+    write(adapter, "plc-1", "Temp", 26.0, "w-temp")
+    wait_until(lambda: last_value(adapter, "plc-1", "temp") == 26.0, 10, "the written value")
+    status = adapter.client.call("status", instance="plc-1")
+    assert status["device"]["adapter"] == "ethernet-ip"
+    assert status["device"]["endpoint"] == logix.endpoint
+    read = adapter.client.call("read", {"signals": ["Temp"]}, instance="plc-1")
+    assert read["readings"][0]["value"] == 26.0, "engineering units: raw 12.5 * 2 + 1"
+    write(adapter, "plc-1", "Counts", list(range(10)), "w-counts")
+    wait_until(lambda: last_value(adapter, "plc-1", "counts") == list(range(10)), 10, "the array")
+    message = updates(adapter, "plc-1", "flag")[0]
+    assert message.header.name == "SouthboundSignalUpdate"
+    assert message.body["signal"] == {"id": "Flag", "name": "flag"}
+    assert message.body["samples"][0]["value"] is False
+    beyond = updates(adapter, "plc-1", "beyond")
+    assert beyond, "an update for the index past the tag"
+    assert beyond[0].body["samples"][0]["quality"] == "BAD"
+    assert adapter.client.call("status", instance="plc-1")["connected"] is True
+
+
+def test_on_change_and_deadband(start_cip, logix: LogixSimulator) -> None:
+    signal = plc_signal("Temp", "REAL") | {"deadband": {"type": "absolute", "value": 1.0}}
+    adapter = start_cip([plc_instance("plc-1", logix.endpoint, signal, writes={"allow": ["Temp"]})])
+    connected(adapter, "plc-1")
+    wait_until(lambda: last_value(adapter, "plc-1", "temp") == 0.0, 10, "the first sample")
+    write(adapter, "plc-1", "Temp", 0.5, "small")  # inside the deadband: not published
+    write(adapter, "plc-1", "Temp", 3.0, "big")
+    wait_until(lambda: last_value(adapter, "plc-1", "temp") == 3.0, 10, "the big change")
+    published = [m.body["samples"][-1]["value"] for m in updates(adapter, "plc-1", "temp")]
+    assert 0.5 not in published, published
+    reads = adapter.client.call("status", instance="plc-1")["counters"]["reads"]
+    wait_until(
+        lambda: adapter.client.call("status", instance="plc-1")["counters"]["reads"] > reads + 5,
+        10,
+        "more polls",
+    )
+    assert len(updates(adapter, "plc-1", "temp")) == len(published), "no change, no update"
+
+
+def test_refused_writes(start_cip, logix: LogixSimulator) -> None:
+    signals = [plc_signal("Temp", "REAL"), plc_signal("Speed", "INT")]
+    adapter = start_cip(
+        [plc_instance("plc-1", logix.endpoint, *signals, writes={"allow": ["Speed"]})]
+    )
+    connected(adapter, "plc-1")
+    for signal, value in (("Temp", 1.0), ("Speed", 40000), ("Speed", "fast")):
+        with pytest.raises(CommandError) as raised:
+            write(adapter, "plc-1", signal, value, f"r-{signal}-{value}")
+        assert raised.value.code == "BAD_ARGS"
+    assert write(adapter, "plc-1", "Speed", 1200, "ok")["written"] == 1200
+
+
+def test_pause_resume_and_the_unreachable_alarm(start_cip, logix: LogixSimulator) -> None:
+    adapter = start_cip(
+        [
+            plc_instance("plc-1", logix.endpoint, plc_signal("Temp", "REAL")),
+            plc_instance("sim-1", "sim.local", plc_signal("Wave", "REAL")) | {"adapter": "sim"},
+        ]
+    )
+    connected(adapter, "plc-1")
+    adapter.client.call("pause", instance="plc-1")
+    reads = adapter.client.call("status", instance="plc-1")["counters"]["reads"]
+    assert adapter.client.call("status", instance="plc-1")["paused"] is True
+    adapter.client.call("resume", instance="plc-1")
+    wait_until(
+        lambda: adapter.client.call("status", instance="plc-1")["counters"]["reads"] > reads,
+        10,
+        "polling after resume",
+    )
+    alarm = adapter.runtime.topics.topic("evt", "error", "device-unreachable", instance="plc-1")
+    logix.stop()
+    wait_until(lambda: len(adapter.seen.on(alarm)) == 1, 15, "the alarm")
+    assert adapter.seen.on(alarm)[0].body["state"] == "raised"
+    status = adapter.client.call("status", instance="plc-1")
+    assert status["connected"] is False
+    assert status["lastError"]
+    before = len(updates(adapter, "sim-1", "wave"))
+    sim_status = adapter.client.call("status", instance="sim-1")
+    assert sim_status["connected"] is True, "the other instance is untouched"
+    logix.start()
+    wait_until(lambda: len(adapter.seen.on(alarm)) == 2, 20, "the clear")
+    assert adapter.seen.on(alarm)[1].body["state"] == "cleared"
+    connected(adapter, "plc-1")
+    assert len(updates(adapter, "sim-1", "wave")) >= before
+
+
+def test_live_reload_of_an_instance(start_cip, logix: LogixSimulator) -> None:
+    adapter = start_cip(
+        [
+            plc_instance("plc-1", logix.endpoint, plc_signal("Temp", "REAL")),
+            plc_instance("plc-2", logix.endpoint, plc_signal("Count", "DINT")),
+        ]
+    )
+    connected(adapter, "plc-1")
+    adapter.client.call("pause", instance="plc-2")
+    document = copy.deepcopy(adapter.document)
+    entries = document["component"]["instances"]
+    entries[0]["pollGroups"][0]["signals"].append(plc_signal("Speed", "INT"))
+    entries.append(plc_instance("plc-3", logix.endpoint, plc_signal("Flag", "BOOL")))
+    reply = adapter.reload(document)
+    assert reply == {"started": ["plc-1", "plc-3"], "stopped": [], "kept": ["plc-2"], "skipped": []}
+    assert adapter.client.call("status", instance="plc-2")["paused"] is True
+    wait_until(lambda: updates(adapter, "plc-1", "speed"), 10, "the added signal")
+    wait_until(lambda: updates(adapter, "plc-3", "flag"), 10, "the added instance")
+    document = copy.deepcopy(document)
+    document["component"]["instances"] = [
+        document["component"]["instances"][0],
+        {"id": "plc-4", "connection": {"endpoint": logix.endpoint}},
+    ]
+    reply = adapter.reload(document)
+    assert reply == {
+        "started": [],
+        "stopped": ["plc-2", "plc-3"],
+        "kept": ["plc-1"],
+        "skipped": ["plc-4"],
+    }
