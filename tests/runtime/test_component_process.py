@@ -9,12 +9,12 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.support.mosquitto import Mosquitto
-from tests.support.servers import free_port, wait_until
+from tests.support.servers import component_process, free_port, wait_until
 
 from unskit import MessageBuilder
 from unskit.config.model import BrokerConfig, MessagingConfig
@@ -35,17 +35,9 @@ def probe(port: int, path: str) -> int | None:
         connection.close()
 
 
-@contextlib.contextmanager
-def echo_process(log_path: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
-    """`unskit run echo ARGS` with its output in `log_path`; killed if still alive after."""
-    with log_path.open("wb") as log:
-        process = subprocess.Popen([*ECHO, *args], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(5)
+def echo_process(log_path: Path, *args: str) -> contextlib.AbstractContextManager[Any]:
+    """`unskit run echo ARGS` with its output in `log_path`."""
+    return component_process("echo", log_path, *args)
 
 
 @pytest.fixture

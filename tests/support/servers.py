@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -46,3 +50,17 @@ def require_binary(name: str) -> str:
             f"{name} is not installed: run `make test` (scripts/install-system-deps)"
         )
     return path
+
+
+@contextlib.contextmanager
+def component_process(name: str, log_path: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`unskit run NAME ARGS` with its output in `log_path`; killed if still alive after."""
+    command = [sys.executable, "-m", "unskit.cli", "run", name, *args]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
