@@ -130,9 +130,10 @@ class PollDriver:
 
     def connect(self, deadline_s: float) -> None:
         timing = self.spec.timing
-        budget = max(deadline_s - time.monotonic(), 0.05)
         plc = LogixDriver(self._path(), init_tags=False, init_program_tags=False)
-        plc.socket_timeout = min(budget, timing.connect_ms / 1000)
+        # The runtime passes connectMs as seconds: it bounds the TCP connect and each
+        # reply of the session set-up.
+        plc.socket_timeout = deadline_s
         try:
             if not plc.open():
                 raise DeviceError(f"{self.spec.endpoint}: session not registered")
