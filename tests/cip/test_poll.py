@@ -21,7 +21,9 @@ from unskit.southbound.driver import (
 )
 
 
-def driver_for(endpoint: str, *signals: SignalSpec) -> tuple[PollDriver, PollGroupSpec]:
+def driver_for(
+    endpoint: str, *signals: SignalSpec, **connection: Any
+) -> tuple[PollDriver, PollGroupSpec]:
     group = PollGroupSpec("g", 100, list(signals))
     spec = InstanceSpec(
         "plc-1",
@@ -29,17 +31,22 @@ def driver_for(endpoint: str, *signals: SignalSpec) -> tuple[PollDriver, PollGro
         endpoint,
         [group],
         timing=Timing(connect_ms=1000, request_timeout_ms=1000),
-        entry={"connection": {"endpoint": endpoint}},
+        entry={"connection": {"endpoint": endpoint, **connection}},
     )
     return PollDriver(spec), group
 
 
-@pytest.fixture
-def connected(logix: LogixSimulator):
+#: Connected messaging (a Forward Open), unconnected (UCMM), and unconnected routed to a
+#: backplane slot (wrapped in Unconnected Send).
+MESSAGING = [{"connected": True}, {"connected": False}, {"connected": False, "slot": 0}]
+
+
+@pytest.fixture(params=MESSAGING, ids=["connected", "unconnected", "unconnected-slot"])
+def connected(request, logix: LogixSimulator):
     drivers: list[PollDriver] = []
 
     def connect(*signals: SignalSpec) -> tuple[PollDriver, PollGroupSpec]:
-        driver, group = driver_for(logix.endpoint, *signals)
+        driver, group = driver_for(logix.endpoint, *signals, **request.param)
         driver.connect(5)
         drivers.append(driver)
         return driver, group
@@ -119,9 +126,16 @@ def test_an_array_longer_than_the_tag_is_bad_quality_not_trimmed(connected) -> N
     assert readings["Temp"].quality is Quality.GOOD, "one bad signal spoils nothing else"
 
 
-def test_an_unknown_tag_is_a_bad_reading(connected) -> None:
-    driver, group = connected(SignalSpec("Nope", "nope", "DINT"), SignalSpec("Temp", "t", "REAL"))
+def test_an_unknown_tag_is_a_bad_reading(logix: LogixSimulator) -> None:
+    # Connected only: cpppo drops the whole session on an unconnected read of an unknown
+    # tag (a real controller answers "path destination unknown").
+    unknown = SignalSpec("Nope", "nope", "DINT")
+    driver, group = driver_for(
+        logix.endpoint, unknown, SignalSpec("Temp", "t", "REAL"), connected=True
+    )
+    driver.connect(5)
     readings = {r.signal_id: r for r in driver.read(group)}
+    driver.close()
     assert readings["Nope"].quality is Quality.BAD
     assert readings["Temp"].quality is Quality.GOOD
 

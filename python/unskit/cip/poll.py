@@ -13,7 +13,12 @@ simulator by the tests:
    Open: the driver then sizes reads to `_SMALL_READ_BYTES` (pycomm3 switches to Read Tag
    Fragmented) and retries once, while writes keep the negotiated size (cpppo drops the
    session on Write Tag Fragmented).
-4. A read reply typed DWORD for a BOOL array is a packed bit string (a Logix BOOL[n] is
+4. `connected: false` sends each tag service as an unconnected explicit message (UCMM,
+   wrapped in Unconnected Send when the path routes to a slot): pycomm3 has no unconnected
+   tag services, so `_UnconnectedTagRequest` frames Read Tag and Write Tag around
+   pycomm3's generic unconnected packet; an array too large for one reply is read as
+   element ranges.
+5. A read reply typed DWORD for a BOOL array is a packed bit string (a Logix BOOL[n] is
    stored as DWORD[n/32]): the first read of a BOOL array observes the reply's type code and
    from then on reads ceil(n/32) DWORDs and unpacks them to n booleans; writes to such a tag
    are refused.
@@ -28,13 +33,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pycomm3 import CommError, LogixDriver, PycommError
-from pycomm3.cip import DataTypes
+from pycomm3.cip import PADDED_EPATH, UINT, DataTypes
 from pycomm3.const import BASE_TAG_BIT
 from pycomm3.packets import logix as logix_packets
 from pycomm3.packets import util as packet_util
+from pycomm3.packets.cip import GenericUnconnectedRequestPacket
+from pycomm3.packets.util import tag_request_path, wrap_unconnected_send
 from pycomm3.tag import Tag
 
-from unskit.cip.config import cip_connection
+from unskit.cip.config import TYPE_BYTES, cip_connection
 from unskit.southbound.driver import (
     DeviceError,
     InstanceSpec,
@@ -53,6 +60,10 @@ _DWORD_CODE = DataTypes.dword.code
 _ONE_DIMENSION = 1 << 13
 _TYPE_CODE_BYTES = 2
 _SMALL_READ_BYTES = 500
+#: CIP services and the general status of a partial (fragmented) reply.
+_READ_TAG = b"\x4c"
+_WRITE_TAG = b"\x4d"
+_PARTIAL_TRANSFER = 0x06
 _NO_PACKET_SPACE = "Insufficient Packet Space"
 
 _patch_lock = threading.Lock()
@@ -88,6 +99,29 @@ def _patch_pycomm3() -> None:
         _patched = True
 
 
+class _UnconnectedTagRequest(GenericUnconnectedRequestPacket):
+    """A tag service addressed by a symbolic path, sent as an unconnected message."""
+
+    def __init__(self, service: bytes, path: bytes, data: bytes, route: bytes | None) -> None:
+        super().__init__(
+            service=service,
+            class_code=0,
+            instance=0,
+            request_data=data,
+            route_path=route or b"",
+            unconnected_send=route is not None,
+        )
+        self.symbolic_path = path
+
+    def _setup_message(self) -> None:
+        # The grandparent's set-up (the SendRRData header), then our own message body.
+        super(GenericUnconnectedRequestPacket, self)._setup_message()
+        body = b"".join((self.service, self.symbolic_path, self.request_data))
+        self._msg += [
+            wrap_unconnected_send(body, self.route_path) if self.unconnected_send else body
+        ]
+
+
 def _observed_type(tag: str) -> int | None:
     codes: dict[str, int] = getattr(_reply_types, "codes", {})
     return codes.get(tag)
@@ -116,6 +150,8 @@ class PollDriver:
         self._packed: set[str] = set()
         self._observed: set[str] = set()
         self._info: dict[str, Any] = {}
+        #: The configured CIP type of each base tag (the element size of a sliced read).
+        self._types = {_base_tag(signal.id): signal.type for signal in spec.signals()}
         #: The negotiated request size, and the smaller one reads fall back to (workaround 3).
         self._write_bytes = 0
         self._read_bytes = 0
@@ -144,6 +180,8 @@ class PollDriver:
         plc.socket_timeout = timing.request_timeout_ms / 1000
         if plc._sock is not None:
             plc._sock.sock.settimeout(timing.request_timeout_ms / 1000)
+        if not self.connection.connected and plc._target_is_connected:
+            plc._forward_close()  # nothing holds a CIP connection open
         self._plc = plc
         self._write_bytes = self._read_bytes = int(plc.connection_size)
         self._info = {"productName": plc.info.get("product_name", "")}
@@ -223,6 +261,8 @@ class PollDriver:
 
     def _read_tags(self, requests: Sequence[str]) -> list[Tag]:
         plc = self._require()
+        if not self.connection.connected:
+            return [self._call(lambda r=request: self._read_unconnected(r)) for request in requests]
         plc._cfg["connection_size"] = self._read_bytes
         results = self._call(lambda: plc.read(*requests))
         return results if isinstance(results, list) else [results]
@@ -259,10 +299,81 @@ class PollDriver:
             raise ValueError(f"{signal.id} is a packed BOOL array: writes are refused")
         plc = self._require()
         request = self._request(signal)
-        plc._cfg["connection_size"] = self._write_bytes
-        result = self._call(lambda: plc.write((request, value)))
+        if not self.connection.connected:
+            result = self._call(lambda: self._write_unconnected(signal, value))
+        else:
+            plc._cfg["connection_size"] = self._write_bytes
+            result = self._call(lambda: plc.write((request, value)))
         if isinstance(result, Tag) and result.error is not None:
             raise DeviceError(f"write of {signal.id} failed: {result.error}", code=result.error)
+
+    # -- unconnected explicit messaging (workaround 4) -------------------------------------
+
+    def _route(self) -> bytes | None:
+        plc = self._require()
+        if self.connection.slot is None:
+            return None
+        segments: Any = plc._cfg["cip_path"]
+        return bytes(PADDED_EPATH.encode(segments, length=True, pad_length=True))
+
+    def _tag_path(self, request: str) -> tuple[bytes, dict[str, Any], int]:
+        """The symbolic path, the tag definition and the element count of a request."""
+        plc = self._require()
+        tag, _, count = request.partition("{")
+        info = plc._tags[_base_tag(tag)]
+        path = tag_request_path(tag, info, False)
+        if path is None:
+            raise DeviceError(f"cannot address {tag!r}")
+        return bytes(path), info, int(count.rstrip("}") or 1)
+
+    def _read_unconnected(self, request: str) -> Tag:
+        plc = self._require()
+        path, info, elements = self._tag_path(request)
+        reply = plc.send(
+            _UnconnectedTagRequest(_READ_TAG, path, UINT.encode(elements), self._route())
+        )
+        if reply.service_status == _PARTIAL_TRANSFER and reply.value:
+            data = self._read_slices(request, elements, reply.value)
+        elif reply.service_status != 0 or reply.value is None:
+            return Tag(request, None, None, reply.error or "read failed")
+        else:
+            data = reply.value
+        value, data_type = logix_packets.parse_read_reply(data, info, elements)  # type: ignore[attr-defined]
+        return Tag(request, value, data_type, None)
+
+    def _read_slices(self, request: str, elements: int, first: bytes) -> bytes:
+        """The rest of an array whose reply did not fit one unconnected message, read as
+        element ranges of the size that did fit (cpppo answers no Read Tag Fragmented
+        outside a connection)."""
+        plc = self._require()
+        tag = request.partition("{")[0]
+        base, start = _base_tag(tag), _element_index(tag)
+        size = TYPE_BYTES[self._types[base]]
+        head, chunks = first[:_TYPE_CODE_BYTES], [first[_TYPE_CODE_BYTES:]]
+        per_reply = max(len(chunks[0]) // size, 1)
+        done = per_reply
+        while done < elements:
+            count = min(per_reply, elements - done)
+            path, _, _ = self._tag_path(f"{base}[{start + done}]{{{count}}}")
+            data = UINT.encode(count)
+            reply = plc.send(_UnconnectedTagRequest(_READ_TAG, path, data, self._route()))
+            if reply.service_status != 0 or not reply.value:
+                raise DeviceError(f"read of {base}[{start + done}] failed: {reply.error}")
+            chunks.append(reply.value[_TYPE_CODE_BYTES:])
+            done += count
+        return head + b"".join(chunks)
+
+    def _write_unconnected(self, signal: SignalSpec, value: Any) -> Tag:
+        plc = self._require()
+        path, _, elements = self._tag_path(self._request(signal))
+        kind: Any = DataTypes[signal.type.lower()]
+        items = value if isinstance(value, list) else [value]
+        data = UINT.encode(kind.code) + UINT.encode(elements)
+        data += b"".join(kind.encode(item) for item in items)
+        reply = plc.send(_UnconnectedTagRequest(_WRITE_TAG, path, data, self._route()))
+        return Tag(
+            signal.id, value, signal.type, None if reply.service_status == 0 else reply.error
+        )
 
     # -- plumbing --------------------------------------------------------------------------
 
