@@ -61,7 +61,8 @@ def ours(harness: AdapterHarness, endpoint: str) -> float:
         "instances": [
             {
                 "id": "plc-1",
-                "connection": {"endpoint": endpoint},
+                # Multi-tag requests over a connection, as the bare pycomm3 loop does.
+                "connection": {"endpoint": endpoint, "connected": True},
                 "defaults": {"publishMode": "always"},
                 "pollGroups": [{"pollIntervalMs": int(INTERVAL_S * 1000), "signals": signals}],
             }
