@@ -5,5 +5,6 @@
 
 pub mod envelope;
 pub mod error;
+pub mod signal;
 
 pub use error::CoreError;

@@ -1,0 +1,365 @@
+//! Scaling and deadband kernels: `raw * scale + offset`, and the change gate that decides
+//! whether a (scaled) sample is due for publication.
+//!
+//! Every value is an `f64`; the rule is the one `docs/decisions.md` states ("Change gate")
+//! and `python/unskit/_reference/signal.py` restates in plain Python, bit for bit.
+
+use crate::error::CoreError;
+
+/// How a sample is compared with the last published value of its signal.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Deadband {
+    /// Any change publishes.
+    None,
+    /// |new - last| >= value publishes.
+    Absolute(f64),
+    /// |new - last| >= value% of |last| publishes; from a last value of 0 any change does.
+    Percent(f64),
+}
+
+impl Deadband {
+    /// The deadband of a configuration: `kind` is none, absolute or percent, `value` >= 0.
+    pub fn from_config(kind: &str, value: f64) -> Result<Self, CoreError> {
+        if !(value.is_finite() && value >= 0.0) {
+            return Err(CoreError::InvalidSignal(format!(
+                "deadband value must be a finite number >= 0, got {value}"
+            )));
+        }
+        match kind {
+            "none" => Ok(Deadband::None),
+            "absolute" => Ok(Deadband::Absolute(value)),
+            "percent" => Ok(Deadband::Percent(value)),
+            other => Err(CoreError::InvalidSignal(format!(
+                "deadband type must be none, absolute or percent, got {other:?}"
+            ))),
+        }
+    }
+
+    /// Whether `value` differs enough from `last` (the last published value) to publish.
+    /// NaN and infinities publish on every transition and never on a repeat.
+    #[inline]
+    pub fn passes(self, last: f64, value: f64) -> bool {
+        let threshold = match self {
+            Deadband::None => return value != last && !(value.is_nan() && last.is_nan()),
+            Deadband::Absolute(t) => t,
+            Deadband::Percent(p) => {
+                if !value.is_finite() || !last.is_finite() || last == 0.0 {
+                    return value != last && !(value.is_nan() && last.is_nan());
+                }
+                last.abs() * p / 100.0
+            }
+        };
+        if !value.is_finite() || !last.is_finite() {
+            return value != last && !(value.is_nan() && last.is_nan());
+        }
+        (value - last).abs() >= threshold && value != last
+    }
+}
+
+/// `raw * scale + offset`; absent both, the raw value itself (so -0.0 stays -0.0).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scaling {
+    scale: f64,
+    offset: f64,
+    identity: bool,
+}
+
+impl Scaling {
+    pub const IDENTITY: Scaling = Scaling {
+        scale: 1.0,
+        offset: 0.0,
+        identity: true,
+    };
+
+    /// A missing scale is 1, a missing offset 0; both missing is the identity.
+    pub fn new(scale: Option<f64>, offset: Option<f64>) -> Result<Self, CoreError> {
+        for (name, v) in [("scale", scale), ("offset", offset)] {
+            if let Some(v) = v {
+                if !v.is_finite() {
+                    return Err(CoreError::InvalidSignal(format!(
+                        "{name} must be a finite number, got {v}"
+                    )));
+                }
+            }
+        }
+        if scale.is_none() && offset.is_none() {
+            return Ok(Scaling::IDENTITY);
+        }
+        Ok(Scaling {
+            scale: scale.unwrap_or(1.0),
+            offset: offset.unwrap_or(0.0),
+            identity: false,
+        })
+    }
+
+    #[inline]
+    pub fn apply(self, raw: f64) -> f64 {
+        if self.identity {
+            raw
+        } else {
+            raw * self.scale + self.offset
+        }
+    }
+
+    /// Element-wise, in place.
+    pub fn apply_all(self, values: &mut [f64]) {
+        if !self.identity {
+            for v in values {
+                *v = *v * self.scale + self.offset;
+            }
+        }
+    }
+}
+
+/// One signal's settings in a [`SignalBank`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SignalConfig {
+    pub scaling: Scaling,
+    pub deadband: Deadband,
+    /// publishMode `always`: every sample publishes, the deadband is bypassed.
+    pub always: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    scaling: Scaling,
+    deadband: Deadband,
+    always: bool,
+    has_last: bool,
+    last: f64,
+}
+
+/// N signals' settings and last published values: the state of the change gate.
+#[derive(Debug, Clone)]
+pub struct SignalBank {
+    slots: Vec<Slot>,
+}
+
+impl SignalBank {
+    pub fn new(configs: impl IntoIterator<Item = SignalConfig>) -> Self {
+        let slots = configs
+            .into_iter()
+            .map(|c| Slot {
+                scaling: c.scaling,
+                deadband: c.deadband,
+                always: c.always,
+                has_last: false,
+                last: 0.0,
+            })
+            .collect();
+        SignalBank { slots }
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The last published (scaled) value of signal `index`, if any.
+    pub fn last(&self, index: usize) -> Option<f64> {
+        self.slots
+            .get(index)
+            .and_then(|s| s.has_last.then_some(s.last))
+    }
+
+    /// Forgets every signal's last published value (the next sample of each publishes).
+    pub fn reset(&mut self) {
+        for slot in &mut self.slots {
+            slot.has_last = false;
+        }
+    }
+
+    /// Forgets one signal's last published value.
+    pub fn reset_one(&mut self, index: usize) -> Result<(), CoreError> {
+        let len = self.slots.len();
+        let slot = self
+            .slots
+            .get_mut(index)
+            .ok_or_else(|| out_of_range(index, len))?;
+        slot.has_last = false;
+        Ok(())
+    }
+
+    /// Scales one raw sample of signal `index` and passes it through the gate; a sample
+    /// that passes becomes the signal's last published value.
+    #[inline]
+    pub fn offer(&mut self, index: usize, raw: f64) -> Result<(bool, f64), CoreError> {
+        let len = self.slots.len();
+        let slot = self
+            .slots
+            .get_mut(index)
+            .ok_or_else(|| out_of_range(index, len))?;
+        Ok(offer_slot(slot, raw))
+    }
+
+    /// The batch form of [`offer`](Self::offer), in arrival order: `passed[i]` and
+    /// `scaled[i]` for sample `i`. Every index is checked before any state changes, so a
+    /// bad index leaves the bank as it was.
+    pub fn offer_batch(
+        &mut self,
+        indices: &[u32],
+        raws: &[f64],
+        passed: &mut Vec<u8>,
+        scaled: &mut Vec<f64>,
+    ) -> Result<(), CoreError> {
+        if indices.len() != raws.len() {
+            return Err(CoreError::InvalidSignal(format!(
+                "{} signal indices for {} values",
+                indices.len(),
+                raws.len()
+            )));
+        }
+        let len = self.slots.len();
+        if let Some(&bad) = indices.iter().find(|&&i| i as usize >= len) {
+            return Err(out_of_range(bad as usize, len));
+        }
+        passed.clear();
+        scaled.clear();
+        passed.reserve(raws.len());
+        scaled.reserve(raws.len());
+        let slots = &mut self.slots[..];
+        for (&i, &raw) in indices.iter().zip(raws) {
+            // Bounds were checked above; indexing still checks, which costs little here
+            // next to the branchy gate and keeps this file free of unsafe.
+            let (ok, value) = offer_slot(&mut slots[i as usize], raw);
+            passed.push(ok as u8);
+            scaled.push(value);
+        }
+        Ok(())
+    }
+}
+
+#[inline(always)]
+fn offer_slot(slot: &mut Slot, raw: f64) -> (bool, f64) {
+    let value = slot.scaling.apply(raw);
+    let ok = !slot.has_last || slot.always || slot.deadband.passes(slot.last, value);
+    if ok {
+        slot.has_last = true;
+        slot.last = value;
+    }
+    (ok, value)
+}
+
+fn out_of_range(index: usize, len: usize) -> CoreError {
+    CoreError::InvalidSignal(format!(
+        "signal index {index} out of range for a bank of {len} signals"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bank(deadband: Deadband) -> SignalBank {
+        SignalBank::new([SignalConfig {
+            scaling: Scaling::IDENTITY,
+            deadband,
+            always: false,
+        }])
+    }
+
+    fn run(b: &mut SignalBank, values: &[f64]) -> Vec<bool> {
+        values.iter().map(|&v| b.offer(0, v).unwrap().0).collect()
+    }
+
+    #[test]
+    fn first_sample_always_publishes_then_none_needs_a_change() {
+        let mut b = bank(Deadband::None);
+        assert_eq!(
+            run(&mut b, &[1.0, 1.0, 2.0, 2.0]),
+            [true, false, true, false]
+        );
+    }
+
+    #[test]
+    fn absolute_compares_with_last_published_not_last_seen() {
+        let mut b = bank(Deadband::Absolute(1.0));
+        // 0 -> 0.6 (no) -> 1.0 (|1-0| >= 1 yes) -> 1.9 (no) -> 2.0 (yes)
+        assert_eq!(
+            run(&mut b, &[0.0, 0.6, 1.0, 1.9, 2.0]),
+            [true, false, true, false, true]
+        );
+    }
+
+    #[test]
+    fn percent_is_relative_to_last_published_and_any_change_from_zero() {
+        let mut b = bank(Deadband::Percent(10.0));
+        assert_eq!(
+            run(&mut b, &[100.0, 109.0, 110.0, 0.0, 0.0, 0.001]),
+            [true, false, true, true, false, true]
+        );
+        let mut neg = bank(Deadband::Percent(10.0));
+        assert_eq!(run(&mut neg, &[-100.0, -95.0, -89.0]), [true, false, true]);
+    }
+
+    #[test]
+    fn nan_and_infinities_publish_on_transitions_only() {
+        for db in [
+            Deadband::None,
+            Deadband::Absolute(5.0),
+            Deadband::Percent(50.0),
+        ] {
+            let mut b = bank(db);
+            let inf = f64::INFINITY;
+            assert_eq!(
+                run(
+                    &mut b,
+                    &[f64::NAN, f64::NAN, 1.0, f64::NAN, inf, inf, -inf, 1.0]
+                ),
+                [true, false, true, true, true, false, true, true],
+                "{db:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn zero_threshold_and_signed_zero() {
+        let mut b = bank(Deadband::Absolute(0.0));
+        assert_eq!(run(&mut b, &[0.0, -0.0, 1e-300]), [true, false, true]);
+    }
+
+    #[test]
+    fn always_bypasses_the_deadband_and_scaling_applies_first() {
+        let mut b = SignalBank::new([SignalConfig {
+            scaling: Scaling::new(Some(2.0), Some(1.0)).unwrap(),
+            deadband: Deadband::Absolute(100.0),
+            always: true,
+        }]);
+        assert_eq!(b.offer(0, 3.0).unwrap(), (true, 7.0));
+        assert_eq!(b.offer(0, 3.0).unwrap(), (true, 7.0));
+    }
+
+    #[test]
+    fn batch_checks_every_index_before_touching_state() {
+        let mut b = bank(Deadband::None);
+        let (mut p, mut s) = (Vec::new(), Vec::new());
+        assert!(b.offer_batch(&[0, 1], &[1.0, 2.0], &mut p, &mut s).is_err());
+        assert_eq!(b.last(0), None);
+        assert!(b.offer_batch(&[0], &[1.0, 2.0], &mut p, &mut s).is_err());
+        b.offer_batch(&[0, 0, 0], &[1.0, 1.0, 3.0], &mut p, &mut s)
+            .unwrap();
+        assert_eq!(p, [1, 0, 1]);
+        assert_eq!(s, [1.0, 1.0, 3.0]);
+        b.reset();
+        assert_eq!(b.offer(0, 3.0).unwrap(), (true, 3.0));
+    }
+
+    #[test]
+    fn bad_configuration_is_refused() {
+        assert!(Deadband::from_config("percent", -1.0).is_err());
+        assert!(Deadband::from_config("absolute", f64::NAN).is_err());
+        assert!(Deadband::from_config("relative", 1.0).is_err());
+        assert!(Scaling::new(Some(f64::INFINITY), None).is_err());
+        assert_eq!(
+            Scaling::new(None, None).unwrap().apply(-0.0).to_bits(),
+            (-0.0f64).to_bits()
+        );
+        assert_eq!(
+            Scaling::new(Some(1.0), None).unwrap().apply(-0.0).to_bits(),
+            0
+        );
+    }
+}
