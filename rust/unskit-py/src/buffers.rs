@@ -50,37 +50,45 @@ fn f64_buffer(obj: &Bound<'_, PyAny>) -> PyResult<Option<Vec<f64>>> {
 
 /// Every element as a `u32` signal index; negative or too large ones are refused.
 pub fn indices(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u32>> {
-    let wide: Vec<i128> = match PyUntypedBuffer::get(obj) {
-        Ok(buf) => {
-            if buf.dimensions() > 1 {
-                return Err(signal_error(format!("{what} must be one-dimensional")));
-            }
-            let py = obj.py();
-            if let Ok(typed) = buf.as_typed::<u32>() {
-                return typed.to_vec(py);
-            }
-            match int_buffer(py, &buf)? {
-                Some(values) => values,
-                None => {
-                    return Err(signal_error(format!(
-                        "{what} must hold integers, not format {:?}",
-                        buf.format()
-                    )))
-                }
-            }
-        }
-        Err(_) => obj
-            .extract::<Vec<i128>>()
-            .map_err(|_| signal_error(format!("{what} must be integers")))?,
+    let Ok(buf) = PyUntypedBuffer::get(obj) else {
+        let wide = obj
+            .extract::<Vec<i64>>()
+            .map_err(|_| signal_error(format!("{what} must be integers")))?;
+        return narrow(wide, what);
     };
-    wide.into_iter()
-        .map(|i| {
-            u32::try_from(i).map_err(|_| signal_error(format!("{what}: {i} is not a signal index")))
-        })
-        .collect()
+    if buf.dimensions() > 1 {
+        return Err(signal_error(format!("{what} must be one-dimensional")));
+    }
+    let py = obj.py();
+    macro_rules! narrow_from {
+        ($($t:ty),+) => {
+            $(
+                if let Ok(typed) = buf.as_typed::<$t>() {
+                    return narrow(typed.to_vec(py)?, what);
+                }
+            )+
+        };
+    }
+    if let Ok(typed) = buf.as_typed::<u32>() {
+        return typed.to_vec(py);
+    }
+    narrow_from!(i32, i64, u64, i16, u16, i8, u8);
+    Err(signal_error(format!(
+        "{what} must hold integers, not format {:?}",
+        buf.format()
+    )))
 }
 
-fn int_buffer(py: Python<'_>, buf: &PyUntypedBuffer) -> PyResult<Option<Vec<i128>>> {
-    copy_as!(py, buf, i128, i64, i32, i16, i8, u64, u16, u8);
-    Ok(None)
+fn narrow<T: Copy + TryInto<u32> + std::fmt::Display>(
+    wide: Vec<T>,
+    what: &str,
+) -> PyResult<Vec<u32>> {
+    let mut out = Vec::with_capacity(wide.len());
+    for v in wide {
+        out.push(
+            v.try_into()
+                .map_err(|_| signal_error(format!("{what}: {v} is not a signal index")))?,
+        );
+    }
+    Ok(out)
 }
