@@ -26,3 +26,8 @@ pub fn envelope_error(detail: impl Into<String>) -> PyErr {
 pub fn signal_error(detail: impl Into<String>) -> PyErr {
     to_py(CoreError::InvalidSignal(detail.into()))
 }
+
+/// A CIP value or setting a Python caller supplied that cannot be used.
+pub fn cip_error(detail: impl Into<String>) -> PyErr {
+    to_py(CoreError::InvalidCip(detail.into()))
+}

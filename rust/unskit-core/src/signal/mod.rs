@@ -101,6 +101,11 @@ impl Scaling {
         }
     }
 
+    /// (scale, offset) with their defaults, 1 and 0.
+    pub fn factors(self) -> (f64, f64) {
+        (self.scale, self.offset)
+    }
+
     /// Element-wise, in place.
     pub fn apply_all(self, values: &mut [f64]) {
         if !self.identity {
