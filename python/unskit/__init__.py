@@ -19,6 +19,7 @@ from unskit.envelope import (
     MessageBuilder,
 )
 from unskit.errors import (
+    CipError,
     CommandError,
     ConfigError,
     ConfigIssue,
@@ -28,6 +29,7 @@ from unskit.errors import (
     RequestTimeoutError,
     ReservedTopicError,
     SecretError,
+    SignalError,
     UnskitError,
     UnsupportedQosError,
 )
@@ -89,6 +91,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "MAX_OPAQUE_BYTES",
+    "CipError",
     "CommandClient",
     "CommandContext",
     "CommandError",
@@ -122,6 +125,7 @@ __all__ = [
     "Runtime",
     "Scope",
     "SecretError",
+    "SignalError",
     "TopicScope",
     "UnskitError",
     "UnsupportedQosError",

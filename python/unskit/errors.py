@@ -14,9 +14,13 @@
     │   ├── ReservedTopicError (also ValueError): a topic of class state, metric, cfg, log
     │   ├── RequestTimeoutError (also TimeoutError): no reply before the deadline
     │   └── UnsupportedQosError (also ValueError): a QoS the transport cannot give
-    └── CommandError: a command verb's failure, carrying the spec's errorCode and errorMessage;
-                      raised by verb handlers (the inbox replies with it) and by
-                      `CommandClient.call` when the reply is a failure
+    ├── CommandError: a command verb's failure, carrying the spec's errorCode and errorMessage;
+    │                 raised by verb handlers (the inbox replies with it) and by
+    │                 `CommandClient.call` when the reply is a failure
+    ├── SignalError (also ValueError): a scaling or deadband setting, or a batch of samples,
+    │                                  the signal kernels cannot use
+    └── CipError (also ValueError): a CIP datagram or assembly value that cannot be built,
+                                    or an assembly plan that cannot be compiled
 
 The Rust core's errors are mapped to these classes in ``rust/unskit-py/src/errors.rs``.
 """
@@ -27,6 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = [
+    "CipError",
     "CommandError",
     "ConfigError",
     "ConfigIssue",
@@ -36,6 +41,7 @@ __all__ = [
     "RequestTimeoutError",
     "ReservedTopicError",
     "SecretError",
+    "SignalError",
     "UnskitError",
     "UnsupportedQosError",
 ]
@@ -116,3 +122,11 @@ class CommandError(UnskitError):
     def to_body(self) -> dict[str, str]:
         """The failure reply body: ``{"errorCode": ..., "errorMessage": ...}``."""
         return {"errorCode": self.code, "errorMessage": self.message}
+
+
+class SignalError(UnskitError, ValueError):
+    """A scaling or deadband setting, or a batch of samples, the signal kernels cannot use."""
+
+
+class CipError(UnskitError, ValueError):
+    """A CIP datagram or assembly value that cannot be built, or a plan that cannot compile."""

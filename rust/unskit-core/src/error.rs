@@ -8,6 +8,11 @@ pub enum CoreError {
     MalformedEnvelope(String),
     /// A well-formed envelope, or content for one, that breaks an envelope rule.
     InvalidEnvelope(String),
+    /// A scaling or deadband setting, or a batch, the signal kernels cannot use.
+    InvalidSignal(String),
+    /// A CIP datagram or assembly value that cannot be built, or an assembly plan that
+    /// cannot be compiled from its fields.
+    InvalidCip(String),
 }
 
 impl fmt::Display for CoreError {
@@ -15,6 +20,8 @@ impl fmt::Display for CoreError {
         match self {
             CoreError::MalformedEnvelope(detail) => write!(f, "malformed envelope: {detail}"),
             CoreError::InvalidEnvelope(detail) => write!(f, "invalid envelope: {detail}"),
+            CoreError::InvalidSignal(detail) => write!(f, "invalid signal: {detail}"),
+            CoreError::InvalidCip(detail) => write!(f, "invalid CIP: {detail}"),
         }
     }
 }

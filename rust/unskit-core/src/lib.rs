@@ -3,7 +3,9 @@
 //! Nothing here knows Python, MQTT, files, threads or configuration documents; the
 //! `unskit-py` crate binds it to Python and is the only crate that sees Python types.
 
+pub mod cip;
 pub mod envelope;
 pub mod error;
+pub mod signal;
 
 pub use error::CoreError;

@@ -4,16 +4,30 @@ use pyo3::PyErr;
 use unskit_core::CoreError;
 
 pyo3::import_exception!(unskit.errors, EnvelopeError);
+pyo3::import_exception!(unskit.errors, SignalError);
+pyo3::import_exception!(unskit.errors, CipError);
 
 pub fn to_py(error: CoreError) -> PyErr {
     match error {
         CoreError::MalformedEnvelope(_) | CoreError::InvalidEnvelope(_) => {
             EnvelopeError::new_err(error.to_string())
         }
+        CoreError::InvalidSignal(detail) => SignalError::new_err(detail),
+        CoreError::InvalidCip(detail) => CipError::new_err(detail),
     }
 }
 
 /// An envelope rule broken by content a Python caller supplied.
 pub fn envelope_error(detail: impl Into<String>) -> PyErr {
     to_py(CoreError::InvalidEnvelope(detail.into()))
+}
+
+/// A signal setting or batch a Python caller supplied that the kernels cannot use.
+pub fn signal_error(detail: impl Into<String>) -> PyErr {
+    to_py(CoreError::InvalidSignal(detail.into()))
+}
+
+/// A CIP value or setting a Python caller supplied that cannot be used.
+pub fn cip_error(detail: impl Into<String>) -> PyErr {
+    to_py(CoreError::InvalidCip(detail.into()))
 }

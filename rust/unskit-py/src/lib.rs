@@ -3,9 +3,12 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+mod buffers;
+mod cip;
 mod envelope;
 mod errors;
 mod gil;
+mod signal;
 
 /// Registers `unskit._core.<name>` so `import unskit._core.<name>` works like a package import.
 fn add_submodule(
@@ -30,5 +33,7 @@ fn add_submodule(
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     add_submodule(m, "envelope", envelope::register)?;
+    add_submodule(m, "cip", cip::register)?;
+    add_submodule(m, "signal", signal::register)?;
     Ok(())
 }

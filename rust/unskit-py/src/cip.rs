@@ -1,0 +1,523 @@
+//! Bindings of `unskit_core::cip`: class-1 datagram parse and build, input and output
+//! assembly plans.
+
+use std::borrow::Cow;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyMapping, PySequence};
+use unskit_core::cip::frame::{self, Parse, RealTimeFormat, Reason};
+use unskit_core::cip::plan::{self, CipType, Field, FieldSpec, OutValue, Sink};
+use unskit_core::signal::Deadband;
+
+use crate::errors::{cip_error, to_py};
+use crate::gil::detached;
+use crate::signal::f64_bytes;
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Datagram>()?;
+    m.add_class::<ParseResult>()?;
+    m.add_class::<Decoded>()?;
+    m.add_class::<InputPlan>()?;
+    m.add_class::<OutputPlan>()?;
+    m.add_function(wrap_pyfunction!(parse, m)?)?;
+    m.add_function(wrap_pyfunction!(build_datagram, m)?)?;
+    let reasons: Vec<&str> = Reason::ALL.iter().map(|r| r.name()).collect();
+    m.add("REASONS", reasons)?;
+    Ok(())
+}
+
+fn format_of(name: &str) -> PyResult<RealTimeFormat> {
+    RealTimeFormat::from_name(name).map_err(to_py)
+}
+
+/// Immutable `bytes` are borrowed; anything else with the buffer protocol is copied
+/// because it may change while the core reads it.
+fn bytes_of<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, [u8]>> {
+    if let Ok(bytes) = obj.cast::<PyBytes>() {
+        return Ok(Cow::Borrowed(bytes.as_bytes()));
+    }
+    let buffer = pyo3::buffer::PyBuffer::<u8>::get(obj)
+        .map_err(|_| cip_error("a datagram must be bytes, bytearray or a byte buffer"))?;
+    Ok(Cow::Owned(buffer.to_vec(obj.py())?))
+}
+
+#[pyclass(module = "unskit._core.cip", frozen, get_all)]
+pub struct Datagram {
+    connection_id: u32,
+    sequence_number: u32,
+    cip_sequence: u16,
+    run_idle: Option<u32>,
+    run: bool,
+    data: Py<PyBytes>,
+}
+
+impl Datagram {
+    fn from_core(py: Python<'_>, d: &frame::Datagram<'_>) -> Self {
+        Datagram {
+            connection_id: d.connection_id,
+            sequence_number: d.sequence_number,
+            cip_sequence: d.cip_sequence,
+            run_idle: d.run_idle,
+            run: d.run(),
+            data: PyBytes::new(py, d.data).unbind(),
+        }
+    }
+}
+
+/// value+consumed (status "complete"), "incomplete" (needed bytes) or "malformed" (reason).
+#[pyclass(module = "unskit._core.cip", frozen, get_all)]
+pub struct ParseResult {
+    status: &'static str,
+    datagram: Option<Py<Datagram>>,
+    consumed: usize,
+    needed: usize,
+    reason: Option<&'static str>,
+}
+
+/// Parses a class-1 datagram. Without `size`, the Common Packet Format at the start of
+/// `data`; with it, a whole UDP datagram of that assembly size (short, long or another
+/// size is "malformed" with its reason).
+#[pyfunction]
+#[pyo3(signature = (data, real_time_format, size=None))]
+fn parse(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    real_time_format: &str,
+    size: Option<usize>,
+) -> PyResult<ParseResult> {
+    let format = format_of(real_time_format)?;
+    let bytes = bytes_of(data)?;
+    let malformed = |reason: Reason| ParseResult {
+        status: "malformed",
+        datagram: None,
+        consumed: 0,
+        needed: 0,
+        reason: Some(reason.name()),
+    };
+    let complete = |d: &frame::Datagram<'_>, consumed: usize| -> PyResult<ParseResult> {
+        Ok(ParseResult {
+            status: "complete",
+            datagram: Some(Py::new(py, Datagram::from_core(py, d))?),
+            consumed,
+            needed: 0,
+            reason: None,
+        })
+    };
+    match size {
+        Some(size) => match frame::parse_datagram(&bytes, format, size) {
+            Ok(d) => complete(&d, bytes.len()),
+            Err(reason) => Ok(malformed(reason)),
+        },
+        None => match frame::parse(&bytes, format) {
+            Parse::Complete { value, consumed } => complete(&value, consumed),
+            Parse::Incomplete { needed } => Ok(ParseResult {
+                status: "incomplete",
+                datagram: None,
+                consumed: 0,
+                needed,
+                reason: None,
+            }),
+            Parse::Malformed(reason) => Ok(malformed(reason)),
+        },
+    }
+}
+
+/// One O-to-T datagram.
+#[pyfunction]
+#[pyo3(signature = (connection_id, sequence_number, cip_sequence, real_time_format, run=true, data=None))]
+fn build_datagram<'py>(
+    py: Python<'py>,
+    connection_id: u32,
+    sequence_number: u32,
+    cip_sequence: u16,
+    real_time_format: &str,
+    run: bool,
+    data: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let format = format_of(real_time_format)?;
+    let payload = match data {
+        Some(obj) => bytes_of(obj)?,
+        None => Cow::Borrowed(&[][..]),
+    };
+    let mut out = Vec::new();
+    frame::build(
+        &mut out,
+        connection_id,
+        sequence_number,
+        cip_sequence,
+        format,
+        run,
+        &payload,
+    )
+    .map_err(to_py)?;
+    Ok(PyBytes::new(py, &out))
+}
+
+/// (name, offset, type, bit, arrayCount, scale, valueOffset, deadband type, deadband value,
+/// publish always)
+type FieldTuple = (
+    String,
+    usize,
+    String,
+    Option<u8>,
+    Option<usize>,
+    Option<f64>,
+    Option<f64>,
+    String,
+    f64,
+    bool,
+);
+
+fn specs_of(fields: Vec<FieldTuple>) -> PyResult<Vec<FieldSpec>> {
+    fields
+        .into_iter()
+        .map(
+            |(name, offset, ty, bit, array_count, scale, value_offset, db, db_value, always)| {
+                let named = |e: unskit_core::CoreError| cip_error(format!("field {name:?}: {e}"));
+                Ok(FieldSpec {
+                    ty: CipType::from_name(&ty).map_err(named)?,
+                    deadband: Deadband::from_config(&db, db_value).map_err(named)?,
+                    name,
+                    offset,
+                    bit,
+                    array_count,
+                    scale,
+                    value_offset,
+                    always,
+                })
+            },
+        )
+        .collect()
+}
+
+/// A field's published values as Python: bool for BOOL, the exact int for an unscaled
+/// integer field, float otherwise; a list for an array.
+fn py_value<'py>(
+    py: Python<'py>,
+    field: &Field,
+    data: &[u8],
+    values: &[f64],
+) -> PyResult<Bound<'py, PyAny>> {
+    let element = |k: usize| -> PyResult<Bound<'py, PyAny>> {
+        Ok(match field.ty {
+            CipType::Bool => PyBool::new(py, values[k] != 0.0).to_owned().into_any(),
+            CipType::Real | CipType::Lreal => PyFloat::new(py, values[k]).into_any(),
+            _ if field.scaled => PyFloat::new(py, values[k]).into_any(),
+            _ => field.read_int(data, k).into_pyobject(py)?.into_any(),
+        })
+    };
+    if field.is_array {
+        let items = (0..values.len())
+            .map(element)
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(PyList::new(py, items)?.into_any())
+    } else {
+        element(0)
+    }
+}
+
+#[derive(Default)]
+struct Collect(Vec<(usize, Vec<f64>)>);
+
+impl Sink for Collect {
+    fn publish(&mut self, field: usize, values: &[f64]) {
+        self.0.push((field, values.to_vec()));
+    }
+}
+
+/// Columns of a batch: per published field, its datagram and field index; the values flat.
+#[derive(Default)]
+struct Columns {
+    datagram: u32,
+    rows_datagram: Vec<u32>,
+    rows_field: Vec<u32>,
+    values: Vec<f64>,
+}
+
+impl Sink for Columns {
+    #[inline]
+    fn publish(&mut self, field: usize, values: &[f64]) {
+        self.rows_datagram.push(self.datagram);
+        self.rows_field.push(field as u32);
+        self.values.extend_from_slice(values);
+    }
+}
+
+/// One decoded datagram: the reason it was dropped, or its header and the fields due.
+#[pyclass(module = "unskit._core.cip", frozen, get_all)]
+pub struct Decoded {
+    reason: Option<&'static str>,
+    cip_sequence: Option<u16>,
+    run: Option<bool>,
+    updates: Vec<(usize, Py<PyAny>)>,
+}
+
+#[pyclass(module = "unskit._core.cip")]
+pub struct InputPlan {
+    inner: plan::InputPlan,
+}
+
+/// status, rows' datagram, rows' field, values.
+type BatchColumns<'py> = (
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+);
+
+/// Batches of at least this many datagrams run with the GIL released.
+const DETACHED_DATAGRAMS: usize = 64;
+
+#[pymethods]
+impl InputPlan {
+    #[new]
+    fn new(
+        instance: u16,
+        size_bytes: usize,
+        real_time_format: &str,
+        sample_ms: u64,
+        fields: Vec<FieldTuple>,
+    ) -> PyResult<Self> {
+        let format = format_of(real_time_format)?;
+        let specs = specs_of(fields)?;
+        let inner =
+            plan::InputPlan::new(instance, size_bytes, format, sample_ms, &specs).map_err(to_py)?;
+        Ok(InputPlan { inner })
+    }
+
+    #[getter]
+    fn ids(&self) -> Vec<String> {
+        self.inner.fields().iter().map(|f| f.id.clone()).collect()
+    }
+
+    #[getter]
+    fn names(&self) -> Vec<String> {
+        self.inner.fields().iter().map(|f| f.name.clone()).collect()
+    }
+
+    /// Elements per field (1 for a scalar): how many values each batch row carries.
+    #[getter]
+    fn counts(&self) -> Vec<usize> {
+        self.inner.fields().iter().map(|f| f.count).collect()
+    }
+
+    #[getter]
+    fn size_bytes(&self) -> usize {
+        self.inner.size
+    }
+
+    /// Forgets every last publication (after a reconnect, every field publishes again).
+    fn reset(&mut self) {
+        self.inner.reset();
+    }
+
+    fn decode(
+        &mut self,
+        py: Python<'_>,
+        datagram: &Bound<'_, PyAny>,
+        now_ms: u64,
+    ) -> PyResult<Decoded> {
+        let bytes = bytes_of(datagram)?;
+        let mut sink = Collect::default();
+        let parsed = match self.inner.decode(&bytes, now_ms, &mut sink) {
+            Ok(d) => d,
+            Err(reason) => {
+                return Ok(Decoded {
+                    reason: Some(reason.name()),
+                    cip_sequence: None,
+                    run: None,
+                    updates: Vec::new(),
+                })
+            }
+        };
+        let fields = self.inner.fields();
+        let updates = sink
+            .0
+            .iter()
+            .map(|(i, values)| Ok((*i, py_value(py, &fields[*i], parsed.data, values)?.unbind())))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(Decoded {
+            reason: None,
+            cip_sequence: Some(parsed.cip_sequence),
+            run: Some(parsed.run()),
+            updates,
+        })
+    }
+
+    /// Many datagrams in arrival order, with one time or one per datagram. Returns bytes
+    /// columns: status (u8 per datagram: 0 decoded, else 1 + index in REASONS), and per
+    /// published field its datagram (u32) and field (u32) index, and the values (f64,
+    /// `counts[field]` per row, in row order).
+    fn decode_batch<'py>(
+        &mut self,
+        py: Python<'py>,
+        datagrams: &Bound<'py, PyAny>,
+        now_ms: &Bound<'py, PyAny>,
+    ) -> PyResult<BatchColumns<'py>> {
+        let seq = datagrams
+            .cast::<PySequence>()
+            .map_err(|_| cip_error("datagrams must be a sequence of bytes"))?;
+        let items: Vec<Bound<'py, PyAny>> = seq.try_iter()?.collect::<PyResult<_>>()?;
+        let frames = items
+            .iter()
+            .map(bytes_of)
+            .collect::<PyResult<Vec<Cow<'_, [u8]>>>>()?;
+        let times: Vec<u64> = if now_ms.is_instance_of::<PyInt>() {
+            vec![now_ms.extract::<u64>()?; frames.len()]
+        } else {
+            let times: Vec<u64> = now_ms
+                .extract()
+                .map_err(|_| cip_error("now_ms must be an int or one int per datagram"))?;
+            if times.len() != frames.len() {
+                return Err(cip_error(format!(
+                    "{} times for {} datagrams",
+                    times.len(),
+                    frames.len()
+                )));
+            }
+            times
+        };
+        let plan = &mut self.inner;
+        let big = frames.len() >= DETACHED_DATAGRAMS;
+        let mut work = move || {
+            let mut status = Vec::with_capacity(frames.len());
+            let mut columns = Columns::default();
+            for (i, (frame, &now)) in frames.iter().zip(&times).enumerate() {
+                columns.datagram = i as u32;
+                status.push(match plan.decode(frame, now, &mut columns) {
+                    Ok(_) => 0u8,
+                    Err(reason) => {
+                        1 + Reason::ALL.iter().position(|r| *r == reason).unwrap_or(0) as u8
+                    }
+                });
+            }
+            (status, columns)
+        };
+        let (status, columns) = if big { detached(py, work) } else { work() };
+        let u32_bytes = |v: &[u32]| {
+            PyBytes::new_with(py, v.len() * 4, |buf| {
+                for (chunk, x) in buf.chunks_exact_mut(4).zip(v) {
+                    chunk.copy_from_slice(&x.to_ne_bytes());
+                }
+                Ok(())
+            })
+        };
+        Ok((
+            PyBytes::new(py, &status),
+            u32_bytes(&columns.rows_datagram)?,
+            u32_bytes(&columns.rows_field)?,
+            f64_bytes(py, &columns.values)?,
+        ))
+    }
+}
+
+#[pyclass(module = "unskit._core.cip", frozen)]
+pub struct OutputPlan {
+    inner: plan::OutputPlan,
+}
+
+fn out_value(obj: &Bound<'_, PyAny>, id: &str) -> PyResult<OutValue> {
+    if let Ok(b) = obj.cast::<PyBool>() {
+        return Ok(OutValue::Bool(b.is_true()));
+    }
+    if obj.is_instance_of::<PyInt>() {
+        return obj
+            .extract::<i128>()
+            .map(OutValue::Int)
+            .map_err(|_| cip_error(format!("{id}: {obj} is outside every CIP integer range")));
+    }
+    if let Ok(f) = obj.cast::<PyFloat>() {
+        return Ok(OutValue::Float(f.value()));
+    }
+    Err(cip_error(format!(
+        "{id}: takes a bool or a number, not {}",
+        obj.get_type().name()?
+    )))
+}
+
+#[pymethods]
+impl OutputPlan {
+    #[new]
+    #[pyo3(signature = (instance, size_bytes, real_time_format, fields))]
+    fn new(
+        instance: u16,
+        size_bytes: usize,
+        real_time_format: &str,
+        fields: Vec<FieldTuple>,
+    ) -> PyResult<Self> {
+        let format = format_of(real_time_format)?;
+        let specs = specs_of(fields)?;
+        let inner = plan::OutputPlan::new(instance, size_bytes, format, &specs).map_err(to_py)?;
+        Ok(OutputPlan { inner })
+    }
+
+    #[getter]
+    fn ids(&self) -> Vec<String> {
+        self.inner.fields().iter().map(|f| f.id.clone()).collect()
+    }
+
+    #[getter]
+    fn names(&self) -> Vec<String> {
+        self.inner.fields().iter().map(|f| f.name.clone()).collect()
+    }
+
+    #[getter]
+    fn size_bytes(&self) -> usize {
+        self.inner.size
+    }
+
+    #[getter]
+    fn real_time_format(&self) -> &'static str {
+        match self.inner.format {
+            RealTimeFormat::Modeless => "modeless",
+            RealTimeFormat::Header32 => "header32",
+            RealTimeFormat::Heartbeat => "heartbeat",
+        }
+    }
+
+    /// The assembly with `values` (by field name or signal id, engineering units, a list
+    /// for an array) written over `base` (zeros when None). Nothing is written unless every
+    /// value fits.
+    #[pyo3(signature = (values, base=None))]
+    fn encode<'py>(
+        &self,
+        py: Python<'py>,
+        values: &Bound<'py, PyMapping>,
+        base: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let mut assembly = match base {
+            Some(obj) => bytes_of(obj)?.into_owned(),
+            None => vec![0; self.inner.size],
+        };
+        if assembly.len() != self.inner.size {
+            return Err(cip_error(format!(
+                "base must be {} bytes, got {}",
+                self.inner.size,
+                assembly.len()
+            )));
+        }
+        let fields = self.inner.fields();
+        for item in values.items()?.iter() {
+            let (key, value): (String, Bound<'py, PyAny>) = item.extract()?;
+            let index = fields
+                .iter()
+                .position(|f| f.name == key || f.id == key)
+                .ok_or_else(|| cip_error(format!("no output field named {key:?}")))?;
+            let field = &fields[index];
+            let elements = if field.is_array {
+                let list = value
+                    .cast::<PySequence>()
+                    .map_err(|_| cip_error(format!("{}: an array takes a list", field.id)))?;
+                list.try_iter()?
+                    .map(|v| out_value(&v?, &field.id))
+                    .collect::<PyResult<Vec<_>>>()?
+            } else {
+                vec![out_value(&value, &field.id)?]
+            };
+            self.inner
+                .encode(&mut assembly, index, &elements)
+                .map_err(to_py)?;
+        }
+        Ok(PyBytes::new(py, &assembly))
+    }
+}
