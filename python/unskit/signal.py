@@ -68,6 +68,11 @@ class SignalBank:
         """One sample: (passed, scaled value)."""
         return self._bank.offer(index, raw)
 
+    def offer_array(self, start: int, values: Sequence[float]) -> tuple[bool, list[float]]:
+        """One sample of an array whose elements are signals start..start+n-1: (passed,
+        scaled values); when any element passes, every element becomes last published."""
+        return self._bank.offer_array(start, list(values))
+
     def offer_batch(self, signal_indices: Any, values: Any) -> GateBatch:
         """Samples in arrival order; both arguments are NumPy arrays, other numeric buffers
         or lists. Large batches run with the GIL released. A bad index raises `SignalError`

@@ -3,12 +3,12 @@ batch windows, staleness and the last value for sb/read and sb/signals."""
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from unskit.signal import GateSpec, SignalBank, scale_values
 from unskit.southbound.driver import PublishMode, Quality, Reading, SignalSpec
 
 __all__ = ["INTEGER_RANGES", "SignalState", "SignalTable", "channel_token", "scale_value"]
@@ -35,44 +35,27 @@ def channel_token(path: str) -> str:
     return token or "_"
 
 
+def _numbers(raw: Any) -> bool:
+    return isinstance(raw, (int, float)) and not isinstance(raw, bool)
+
+
+def _unscaled(spec: SignalSpec) -> bool:
+    return spec.scale is None and spec.offset is None
+
+
 def scale_value(spec: SignalSpec, raw: Any) -> Any:
-    """raw * scale + offset for numeric signals (element-wise for arrays); others as read."""
-    if not spec.numeric or (spec.scale is None and spec.offset is None) or raw is None:
+    """raw * scale + offset for numeric signals (element-wise for arrays) through the Rust
+    kernel; others, and unscaled signals (integers stay integers), as read."""
+    if not spec.numeric or _unscaled(spec) or raw is None:
         return raw
-    scale = 1.0 if spec.scale is None else spec.scale
-    offset = 0.0 if spec.offset is None else spec.offset
     if isinstance(raw, list):
-        return [item * scale + offset for item in raw]
-    return raw * scale + offset
+        return scale_values(raw, spec.scale, spec.offset) if all(map(_numbers, raw)) else raw
+    return scale_values([raw], spec.scale, spec.offset)[0] if _numbers(raw) else raw
 
 
-def _changed(spec: SignalSpec, last: Any, value: Any) -> bool:
-    if isinstance(value, list) or isinstance(last, list):
-        if not isinstance(value, list) or not isinstance(last, list) or len(value) != len(last):
-            return True
-        return any(_element_changed(spec, a, b) for a, b in zip(last, value, strict=True))
-    return _element_changed(spec, last, value)
-
-
-def _element_changed(spec: SignalSpec, last: Any, value: Any) -> bool:
-    kind = spec.deadband.type
-    if kind == "none" or not isinstance(value, (int, float)) or isinstance(value, bool):
-        return bool(value != last) and not _both_nan(last, value)
-    if not isinstance(last, (int, float)):
-        return True
-    if math.isnan(value) or math.isnan(last) or math.isinf(value) or math.isinf(last):
-        # Not a number or infinite: any transition publishes, a repeat does not.
-        return not (_both_nan(last, value) or value == last)
-    threshold = spec.deadband.value
-    if kind == "percent":
-        if last == 0:
-            return bool(value != last)
-        threshold = abs(last) * spec.deadband.value / 100.0
-    return abs(value - last) >= threshold and value != last
-
-
-def _both_nan(a: Any, b: Any) -> bool:
-    return isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
+def _gate_spec(spec: SignalSpec) -> GateSpec:
+    deadband: Any = spec.deadband.type
+    return GateSpec(spec.scale, spec.offset, deadband, spec.deadband.value, spec.publish_mode.value)
 
 
 @dataclass
@@ -90,6 +73,9 @@ class SignalState:
     last_good_monotonic: float | None = None
     pending: list[dict[str, Any]] = field(default_factory=list)
     window_ends: float | None = None
+    #: The signal's slots in the instance's SignalBank (one per element), or None for
+    #: signals the numeric gate does not apply to (BOOL, strings).
+    slots: range | None = None
 
 
 class SignalTable:
@@ -97,8 +83,16 @@ class SignalTable:
 
     def __init__(self, signals: Iterable[tuple[str, SignalSpec]]) -> None:
         self.by_id: dict[str, SignalState] = {}
+        gates: list[GateSpec] = []
         for group, spec in signals:
-            self.by_id[spec.id] = SignalState(spec, group, channel_token(spec.name))
+            state = SignalState(spec, group, channel_token(spec.name))
+            if spec.numeric:
+                count = spec.array_count or 1
+                state.slots = range(len(gates), len(gates) + count)
+                gates += [_gate_spec(spec)] * count
+            self.by_id[spec.id] = state
+        #: Scaling and the change gate of every numeric signal, in Rust.
+        self._bank = SignalBank(gates)
 
     def accept(self, readings: Sequence[Reading], now_ms: int, now: float) -> None:
         """Scales readings and queues the ones the change gate lets through."""
@@ -106,13 +100,13 @@ class SignalTable:
             state = self.by_id.get(reading.signal_id)
             if state is None:
                 continue
-            value = scale_value(state.spec, reading.value)
+            value, passed = self._gate(state, reading.value, reading.quality)
             state.last_value, state.last_quality = value, reading.quality
             state.last_source_ms, state.last_server_ms = reading.source_timestamp_ms, now_ms
             state.last_detail = reading.detail
             if reading.quality is Quality.GOOD:
                 state.last_good_monotonic = now
-            if not self._passes(state, value, reading.quality):
+            if not passed:
                 continue
             state.published_value, state.published_quality = value, reading.quality
             state.pending.append(
@@ -126,13 +120,32 @@ class SignalTable:
             if state.window_ends is None:
                 state.window_ends = now + state.spec.batch_ms / 1000.0
 
-    @staticmethod
-    def _passes(state: SignalState, value: Any, quality: Quality) -> bool:
-        if state.published_quality is None or quality != state.published_quality:
-            return True  # the first sample, and every quality change
-        if state.spec.publish_mode is PublishMode.ALWAYS:
-            return True
-        return _changed(state.spec, state.published_value, value)
+    def _gate(self, state: SignalState, raw: Any, quality: Quality) -> tuple[Any, bool]:
+        """The value to publish and whether it passes: the first sample and every quality
+        change pass; numeric values go through the bank (scaling, publishMode, deadband)."""
+        spec = state.spec
+        fresh = state.published_quality is None or quality != state.published_quality
+        slots = state.slots
+        if slots is not None and _numbers(raw) and len(slots) == 1:
+            if fresh:
+                self._bank.reset(slots.start)
+            passed, scaled = self._bank.offer(slots.start, float(raw))
+            return (raw if _unscaled(spec) else scaled), passed
+        if (
+            slots is not None
+            and isinstance(raw, list)
+            and len(raw) == len(slots)
+            and all(map(_numbers, raw))
+        ):
+            if fresh:
+                for slot in slots:
+                    self._bank.reset(slot)
+            passed, values = self._bank.offer_array(slots.start, raw)
+            return (raw if _unscaled(spec) else values), passed
+        # BOOL, strings, BAD readings without a value, arrays of the wrong length.
+        value = scale_value(spec, raw)
+        always = spec.publish_mode is PublishMode.ALWAYS
+        return value, fresh or always or value != state.published_value
 
     def due(self, now: float, *, flush: bool = False) -> list[SignalState]:
         """Signals whose batch window has closed (every signal with samples when flushing)."""

@@ -71,6 +71,17 @@ impl SignalBank {
         self.inner.offer(index, raw).map_err(to_py)
     }
 
+    /// One sample of an array signal in slots `start..start + len(values)`: (passed, the
+    /// scaled values); when any element passes, all of them become the last published.
+    fn offer_array(&mut self, start: usize, values: Vec<f64>) -> PyResult<(bool, Vec<f64>)> {
+        let mut scaled = Vec::with_capacity(values.len());
+        let passed = self
+            .inner
+            .offer_array(start, &values, &mut scaled)
+            .map_err(to_py)?;
+        Ok((passed, scaled))
+    }
+
     /// Many samples in arrival order: (mask, scaled) as bytes, one 0/1 byte and one native
     /// f64 per sample.
     fn offer_batch<'py>(

@@ -164,8 +164,9 @@ impl Slot {
 
     /// [`Deadband::passes`] and the first-sample and `always` rules without branches on
     /// the data: random samples would mispredict them (see `benches/bench_signal.py`).
+    /// Decides only; [`offer`](Self::offer) and array offers commit.
     #[inline(always)]
-    fn offer(&mut self, raw: f64) -> (bool, f64) {
+    fn gate(&self, raw: f64) -> (bool, f64) {
         let value = if self.identity {
             raw
         } else {
@@ -185,7 +186,13 @@ impl Slot {
             | (percent & (last == 0.0));
         let far = (value - last).abs() >= threshold;
         let ok = !self.has_last | self.always | (changed & (plain | far));
-        self.last = if ok { value } else { last };
+        (ok, value)
+    }
+
+    #[inline(always)]
+    fn offer(&mut self, raw: f64) -> (bool, f64) {
+        let (ok, value) = self.gate(raw);
+        self.last = if ok { value } else { self.last };
         self.has_last = true;
         (ok, value)
     }
@@ -247,6 +254,38 @@ impl SignalBank {
             .get_mut(index)
             .ok_or_else(|| out_of_range(index, len))?;
         Ok(slot.offer(raw))
+    }
+
+    /// One sample of an array signal whose elements occupy slots `start..start + n`: the
+    /// array passes when any element passes, and then every element's scaled value becomes
+    /// its last published value (so the array is compared as it was last published).
+    /// `scaled` receives the n scaled values.
+    pub fn offer_array(
+        &mut self,
+        start: usize,
+        raws: &[f64],
+        scaled: &mut Vec<f64>,
+    ) -> Result<bool, CoreError> {
+        let len = self.slots.len();
+        let end = start
+            .checked_add(raws.len())
+            .filter(|&end| end <= len)
+            .ok_or_else(|| out_of_range(start.saturating_add(raws.len()), len))?;
+        let slots = &mut self.slots[start..end];
+        scaled.clear();
+        let mut any = false;
+        for (slot, &raw) in slots.iter().zip(raws) {
+            let (ok, value) = slot.gate(raw);
+            any |= ok;
+            scaled.push(value);
+        }
+        for (slot, &value) in slots.iter_mut().zip(scaled.iter()) {
+            if any {
+                slot.last = value;
+            }
+            slot.has_last = true;
+        }
+        Ok(any)
     }
 
     /// The batch form of [`offer`](Self::offer), in arrival order: `passed[i]` (0 or 1)
@@ -314,6 +353,38 @@ mod tests {
         assert_eq!(
             run(&mut b, &[1.0, 1.0, 2.0, 2.0]),
             [true, false, true, false]
+        );
+    }
+
+    #[test]
+    fn an_array_passes_when_any_element_passes_and_then_all_are_last() {
+        let config = SignalConfig {
+            scaling: Scaling::new(Some(2.0), None).unwrap(),
+            deadband: Deadband::Absolute(1.0),
+            always: false,
+        };
+        let mut b = SignalBank::new([config; 3]);
+        let mut out = Vec::new();
+        assert!(
+            b.offer_array(0, &[0.0, 0.0, 0.0], &mut out).unwrap(),
+            "first"
+        );
+        assert!(!b.offer_array(0, &[0.2, 0.2, 0.2], &mut out).unwrap());
+        assert_eq!(
+            b.last(1),
+            Some(0.0),
+            "nothing committed when nothing passes"
+        );
+        assert!(b.offer_array(0, &[0.2, 0.6, 0.2], &mut out).unwrap());
+        assert_eq!(out, [0.4, 1.2, 0.4]);
+        assert_eq!(
+            b.last(0),
+            Some(0.4),
+            "every element committed with the array"
+        );
+        assert!(
+            b.offer_array(1, &[1.0, 1.0, 1.0], &mut out).is_err(),
+            "past the bank"
         );
     }
 
