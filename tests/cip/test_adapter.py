@@ -163,3 +163,24 @@ def test_live_reload_of_an_instance(start_cip, logix: LogixSimulator) -> None:
         "kept": ["plc-1"],
         "skipped": ["plc-4"],
     }
+
+
+def test_reload_global_and_formatting_rows(start_cip, logix: LogixSimulator) -> None:
+    adapter = start_cip(
+        [
+            plc_instance("plc-1", logix.endpoint, plc_signal("Temp", "REAL")),
+            plc_instance("plc-2", logix.endpoint, plc_signal("Count", "DINT")),
+        ]
+    )
+    connected(adapter, "plc-2")
+    adapter.client.call("pause", instance="plc-2")
+    document = copy.deepcopy(adapter.document)
+    reordered = [dict(reversed(entry.items())) for entry in document["component"]["instances"]]
+    document["component"]["instances"] = reordered
+    reply = adapter.reload(document)
+    assert reply == {"started": [], "stopped": [], "kept": ["plc-1", "plc-2"], "skipped": []}
+    document = copy.deepcopy(document)
+    document["component"]["global"]["thresholds"] = {"staleSignalSecs": 5}
+    reply = adapter.reload(document)
+    assert reply == {"started": ["plc-1", "plc-2"], "stopped": [], "kept": [], "skipped": []}
+    assert adapter.client.call("status", instance="plc-2")["paused"] is False, "restarted"
