@@ -8,6 +8,11 @@ pub enum CoreError {
     MalformedEnvelope(String),
     /// A well-formed envelope, or content for one, that breaks an envelope rule.
     InvalidEnvelope(String),
+    /// Bytes that do not decode as an image (garbage, truncated or unsupported JPEG).
+    MalformedImage(String),
+    /// An image request that cannot be met: a buffer of the wrong length for its shape,
+    /// an unknown thumbnail size, a quality outside 1..=100.
+    InvalidImage(String),
 }
 
 impl fmt::Display for CoreError {
@@ -15,6 +20,8 @@ impl fmt::Display for CoreError {
         match self {
             CoreError::MalformedEnvelope(detail) => write!(f, "malformed envelope: {detail}"),
             CoreError::InvalidEnvelope(detail) => write!(f, "invalid envelope: {detail}"),
+            CoreError::MalformedImage(detail) => write!(f, "malformed image: {detail}"),
+            CoreError::InvalidImage(detail) => write!(f, "invalid image request: {detail}"),
         }
     }
 }

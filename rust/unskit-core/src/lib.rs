@@ -5,5 +5,6 @@
 
 pub mod envelope;
 pub mod error;
+pub mod image;
 
 pub use error::CoreError;

@@ -1,14 +1,22 @@
 //! The one place core errors become Python exceptions (classes defined in `unskit.errors`).
 
+use std::io;
+use std::path::Path;
+
+use pyo3::exceptions::PyOSError;
 use pyo3::PyErr;
 use unskit_core::CoreError;
 
 pyo3::import_exception!(unskit.errors, EnvelopeError);
+pyo3::import_exception!(unskit.errors, ImageError);
 
 pub fn to_py(error: CoreError) -> PyErr {
     match error {
         CoreError::MalformedEnvelope(_) | CoreError::InvalidEnvelope(_) => {
             EnvelopeError::new_err(error.to_string())
+        }
+        CoreError::MalformedImage(_) | CoreError::InvalidImage(_) => {
+            ImageError::new_err(error.to_string())
         }
     }
 }
@@ -16,4 +24,19 @@ pub fn to_py(error: CoreError) -> PyErr {
 /// An envelope rule broken by content a Python caller supplied.
 pub fn envelope_error(detail: impl Into<String>) -> PyErr {
     to_py(CoreError::InvalidEnvelope(detail.into()))
+}
+
+/// An image request a Python caller got wrong (shape, size name, quality).
+pub fn image_error(detail: impl Into<String>) -> PyErr {
+    to_py(CoreError::InvalidImage(detail.into()))
+}
+
+/// A file operation that failed: `OSError(errno, strerror, filename)`, which Python turns
+/// into the matching subclass (FileNotFoundError, PermissionError, ...).
+pub fn io_error(error: io::Error, path: &Path) -> PyErr {
+    let filename = path.to_string_lossy().into_owned();
+    match error.raw_os_error() {
+        Some(errno) => PyOSError::new_err((errno, error.to_string(), filename)),
+        None => PyOSError::new_err(format!("{filename}: {error}")),
+    }
 }

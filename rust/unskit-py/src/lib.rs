@@ -6,6 +6,7 @@ use pyo3::types::PyDict;
 mod envelope;
 mod errors;
 mod gil;
+mod image;
 
 /// Registers `unskit._core.<name>` so `import unskit._core.<name>` works like a package import.
 fn add_submodule(
@@ -30,5 +31,6 @@ fn add_submodule(
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     add_submodule(m, "envelope", envelope::register)?;
+    add_submodule(m, "image", image::register)?;
     Ok(())
 }

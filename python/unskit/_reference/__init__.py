@@ -1,0 +1,1 @@
+"""Pure-Python twins of the Rust kernels: test oracles, never the fast path."""
