@@ -23,44 +23,56 @@ pub fn fit_long_edge(width: usize, height: usize, long_edge: usize) -> (usize, u
     }
 }
 
-/// The source span feeding each output index: first source index and integer weights.
-struct Taps {
-    first: Vec<usize>,
-    offsets: Vec<usize>,
-    weights: Vec<u32>,
+/// The source span feeding each output index, in units of 1/`target` of a source pixel:
+/// an optional partly covered first pixel, `full` pixels of weight `target`, and an
+/// optional partly covered last one. Splitting it so lets the hot loops add instead of
+/// multiply: full pixels are summed plainly and scaled once.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    /// First source index covered at all.
+    first: usize,
+    /// Weight of `first` when partly covered (then the full run starts after it), else 0.
+    head: u32,
+    /// Number of fully covered pixels.
+    full: usize,
+    /// Weight of the pixel after the full run when partly covered, else 0.
+    tail: u32,
 }
 
-impl Taps {
-    fn new(source: usize, target: usize) -> Taps {
-        let mut first = Vec::with_capacity(target);
-        let mut offsets = Vec::with_capacity(target + 1);
-        let mut weights = Vec::new();
-        offsets.push(0);
-        for o in 0..target {
-            // In units of 1/target of a source pixel, output o covers [o*source, (o+1)*source).
-            let (lo, hi) = (o * source, (o + 1) * source);
-            let start = lo / target;
-            let end = (hi - 1) / target;
-            first.push(start);
-            for i in start..=end {
-                let overlap = hi.min((i + 1) * target) - lo.max(i * target);
-                weights.push(overlap as u32);
-            }
-            offsets.push(weights.len());
-        }
-        Taps {
-            first,
-            offsets,
-            weights,
-        }
+impl Span {
+    fn full_start(&self) -> usize {
+        self.first + usize::from(self.head > 0)
     }
+}
 
-    fn of(&self, o: usize) -> (usize, &[u32]) {
-        (
-            self.first[o],
-            &self.weights[self.offsets[o]..self.offsets[o + 1]],
-        )
-    }
+fn spans(source: usize, target: usize) -> Vec<Span> {
+    (0..target)
+        .map(|o| {
+            let (lo, hi) = (o * source, (o + 1) * source);
+            let first = lo / target;
+            let head = if lo % target == 0 {
+                0
+            } else {
+                // Output o starts inside pixel `first`; it may also end inside it.
+                (hi.min((first + 1) * target) - lo) as u32
+            };
+            let full_from = if head > 0 { first + 1 } else { first };
+            let full_to = hi / target; // pixels [full_from, full_to) are fully covered
+            let full = full_to.saturating_sub(full_from);
+            let tail = if hi % target != 0 && full_to >= full_from && (head == 0 || full_to > first)
+            {
+                (hi - full_to * target) as u32
+            } else {
+                0
+            };
+            Span {
+                first,
+                head,
+                full,
+                tail,
+            }
+        })
+        .collect()
 }
 
 /// Area-average downscale of `src` (`height` rows of `width` pixels of `channels` bytes)
@@ -133,6 +145,10 @@ impl Divider {
     }
 }
 
+/// Rows of at most this many fully covered source pixels are summed in 16 bits
+/// (255 * 257 = 65535), twice the lanes per vector instruction of 32 bits.
+const NARROW_RUN: usize = 257;
+
 fn resize_with<const C: usize>(
     src: &[u8],
     width: usize,
@@ -140,30 +156,64 @@ fn resize_with<const C: usize>(
     out_width: usize,
     out_height: usize,
 ) -> Vec<u8> {
-    let rows = Taps::new(height, out_height);
-    let cols = Taps::new(width, out_width);
+    let rows = spans(height, out_height);
+    let cols = spans(width, out_width);
     let row_len = width * C;
-    // Vertical weights of one output row sum to `height`, so a column sum is at most
-    // 255 * height (< 2^32 for any JPEG-sized frame); the horizontal sums need 64 bits.
-    let mut column = vec![0u32; row_len];
+    let (row_unit, col_unit) = (out_height as u64, out_width as u64);
+    // Per output row: `plain` sums the fully covered source rows (scaled by `row_unit`
+    // later), `edge` the partly covered ones with their weights (below 2^32 for any
+    // JPEG-sized frame: at most 255 * height); horizontal sums use 64 bits.
+    let mut narrow = vec![0u16; row_len];
+    let mut plain = vec![0u32; row_len];
+    let mut edge = vec![0u32; row_len];
     let divider = Divider::new(width as u64 * height as u64);
     let mut out = vec![0u8; out_width * out_height * C];
-    for (oy, out_row) in out.chunks_exact_mut(out_width * C).enumerate() {
-        let (first, weights) = rows.of(oy);
-        column.fill(0);
-        for (k, &w) in weights.iter().enumerate() {
-            let row = &src[(first + k) * row_len..][..row_len];
-            for (acc, &p) in column.iter_mut().zip(row) {
-                *acc += w * u32::from(p);
+    for (span, out_row) in rows.iter().zip(out.chunks_exact_mut(out_width * C)) {
+        let row = |i: usize| &src[i * row_len..][..row_len];
+        let full_rows = span.full_start()..span.full_start() + span.full;
+        let is_narrow = span.full <= NARROW_RUN;
+        if is_narrow {
+            narrow.fill(0);
+            for i in full_rows {
+                for (acc, &p) in narrow.iter_mut().zip(row(i)) {
+                    *acc += u16::from(p);
+                }
+            }
+        } else {
+            plain.fill(0);
+            for i in full_rows {
+                for (acc, &p) in plain.iter_mut().zip(row(i)) {
+                    *acc += u32::from(p);
+                }
             }
         }
-        for (ox, pixel) in out_row.chunks_exact_mut(C).enumerate() {
-            let (first, weights) = cols.of(ox);
-            let mut sums = [0u64; C];
-            let span = &column[first * C..][..weights.len() * C];
-            for (&w, source) in weights.iter().zip(span.chunks_exact(C)) {
+        let has_edge = span.head > 0 || span.tail > 0;
+        if has_edge {
+            edge.fill(0);
+            for (index, weight) in [
+                (span.first, span.head),
+                (span.full_start() + span.full, span.tail),
+            ] {
+                if weight > 0 {
+                    for (acc, &p) in edge.iter_mut().zip(row(index)) {
+                        *acc += weight * u32::from(p);
+                    }
+                }
+            }
+        }
+        for (col, pixel) in cols.iter().zip(out_row.chunks_exact_mut(C)) {
+            let mut sums = if is_narrow {
+                column_sum::<u16, C>(&narrow, col, col_unit)
+            } else {
+                column_sum::<u32, C>(&plain, col, col_unit)
+            };
+            for sum in &mut sums {
+                *sum *= row_unit;
+            }
+            if has_edge {
+                let edges = column_sum::<u32, C>(&edge, col, col_unit);
                 for c in 0..C {
-                    sums[c] += u64::from(w) * u64::from(source[c]);
+                    sums[c] += edges[c];
                 }
             }
             for c in 0..C {
@@ -172,6 +222,33 @@ fn resize_with<const C: usize>(
         }
     }
     out
+}
+
+/// The weighted sum over one output column's span of per-column vertical sums.
+#[inline(always)]
+fn column_sum<T: Copy + Into<u64>, const C: usize>(
+    values: &[T],
+    col: &Span,
+    col_unit: u64,
+) -> [u64; C] {
+    let mut full = [0u64; C];
+    for source in values[col.full_start() * C..][..col.full * C].chunks_exact(C) {
+        for c in 0..C {
+            full[c] += source[c].into();
+        }
+    }
+    let mut sums = [0u64; C];
+    for c in 0..C {
+        sums[c] = full[c] * col_unit;
+        if col.head > 0 {
+            sums[c] += u64::from(col.head) * values[col.first * C + c].into();
+        }
+        if col.tail > 0 {
+            let at = (col.full_start() + col.full) * C + c;
+            sums[c] += u64::from(col.tail) * values[at].into();
+        }
+    }
+    sums
 }
 
 #[cfg(test)]
@@ -208,6 +285,16 @@ mod tests {
         let src: Vec<u8> = [10u8, 20, 30].repeat(37 * 23);
         let out = area_resize(&src, 37, 23, 3, 11, 5).unwrap();
         assert_eq!(out, [10u8, 20, 30].repeat(11 * 5));
+    }
+
+    #[test]
+    fn tall_runs_past_the_16_bit_sums_stay_exact() {
+        // 600 rows of 255 to 1 row: one run of 600 full rows takes the 32-bit path.
+        let src = vec![255u8; 600 * 2];
+        assert_eq!(area_resize(&src, 2, 600, 1, 1, 1).unwrap(), vec![255]);
+        let mixed: Vec<u8> = (0..600u32).map(|i| (i % 256) as u8).collect();
+        let mean = (mixed.iter().map(|&p| u64::from(p)).sum::<u64>() * 2 + 600) / 1200;
+        assert_eq!(area_resize(&mixed, 1, 600, 1, 1, 1).unwrap(), vec![mean as u8]);
     }
 
     #[test]
