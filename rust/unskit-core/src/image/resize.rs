@@ -294,7 +294,10 @@ mod tests {
         assert_eq!(area_resize(&src, 2, 600, 1, 1, 1).unwrap(), vec![255]);
         let mixed: Vec<u8> = (0..600u32).map(|i| (i % 256) as u8).collect();
         let mean = (mixed.iter().map(|&p| u64::from(p)).sum::<u64>() * 2 + 600) / 1200;
-        assert_eq!(area_resize(&mixed, 1, 600, 1, 1, 1).unwrap(), vec![mean as u8]);
+        assert_eq!(
+            area_resize(&mixed, 1, 600, 1, 1, 1).unwrap(),
+            vec![mean as u8]
+        );
     }
 
     #[test]
