@@ -7,6 +7,7 @@ Python loop of file writes and hashlib updates."""
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -86,119 +87,124 @@ def big_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     path.unlink()
 
 
-_measured: dict[str, dict[str, float]] = {}
-_outputs: dict[str, dict[str, int]] = {}
+def compare(
+    benchmark: Any, ours: Callable[[], Any], anchor: Callable[[], Any], seconds_each: float
+) -> tuple[float, float]:
+    """Best-of-N ops/s of ours and the anchor, run alternately so both see the same load.
+
+    The machine is shared, so a mean swings with whatever else runs; the best of rounds
+    interleaved one by one is what each can do, measured under the same conditions."""
+    rounds = max(7, int(1.5 / seconds_each))
+    best = {"ours": float("inf"), "anchor": float("inf")}
+    for _ in range(rounds):
+        for impl, fn in (("ours", ours), ("anchor", anchor)):
+            start = time.perf_counter()
+            fn()
+            best[impl] = min(best[impl], time.perf_counter() - start)
+    # pytest-benchmark's table shows ours too.
+    benchmark.pedantic(ours, rounds=3, iterations=1, warmup_rounds=1)
+    return 1 / best["ours"], 1 / best["anchor"]
 
 
 def record(
     ratio: Callable[..., dict[str, Any]],
-    benchmark: Any,
     key: str,
-    impl: str,
+    ops: tuple[float, float],
     anchor: str,
     target: float | None,
     **extra: Any,
 ) -> None:
-    results = _measured.setdefault(key, {})
-    results[impl] = benchmark.stats.stats.ops
-    if len(results) == 2:
-        row = ratio(
-            f"image.{key}", results["ours"], anchor, results["anchor"], target=target, **extra
-        )
-        print(f"\n{row['name']}: ours/anchor = {row['ratio']}x (target {target})")
+    row = ratio(f"image.{key}", ops[0], anchor, ops[1], target=target, **extra)
+    print(f"\n{row['name']}: ours/anchor = {row['ratio']}x (target {target})")
 
 
-def run(benchmark: Any, fn: Callable[[], Any], seconds_each: float) -> Any:
-    rounds = max(5, int(1.0 / seconds_each))
-    return benchmark.pedantic(fn, rounds=rounds, iterations=1, warmup_rounds=1)
-
-
-@pytest.mark.parametrize("impl", ["ours", "anchor"])
 @pytest.mark.parametrize("size", list(DATA))
-def test_sha256(benchmark, ratio, size: str, impl: str) -> None:
+def test_sha256(benchmark, ratio, size: str) -> None:
     data = DATA[size]
     benchmark.group = f"image sha256 {size}"
-    fn = (
-        (lambda: Sha256(data).digest()) if impl == "ours" else lambda: hashlib.sha256(data).digest()
+    assert Sha256(data).digest() == hashlib.sha256(data).digest()
+    ops = compare(
+        benchmark,
+        lambda: Sha256(data).digest(),
+        lambda: hashlib.sha256(data).digest(),
+        len(data) / 1.5e9,
     )
-    assert run(benchmark, fn, len(data) / 1.5e9) == hashlib.sha256(data).digest()
-    record(ratio, benchmark, f"sha256.{size}", impl, "hashlib", TARGETS["sha256"])
+    record(ratio, f"sha256.{size}", ops, "hashlib", TARGETS["sha256"])
 
 
-@pytest.mark.parametrize("impl", ["ours", "anchor"])
-def test_sha256_file(benchmark, ratio, big_file: Path, impl: str) -> None:
+def test_sha256_file(benchmark, ratio, big_file: Path) -> None:
     benchmark.group = "image sha256 64MiB file in 1MiB reads"
-    make: Callable[[], Any] = Sha256 if impl == "ours" else hashlib.sha256
-    digest = run(benchmark, lambda: hash_file(big_file, make), 0.05)
-    assert digest == hashlib.sha256(DATA["64MiB"]).digest()
-    record(ratio, benchmark, "sha256.file_64MiB", impl, "hashlib", TARGETS["sha256_file"])
+    assert hash_file(big_file, Sha256) == hashlib.sha256(DATA["64MiB"]).digest()
+    ops = compare(
+        benchmark,
+        lambda: hash_file(big_file, Sha256),
+        lambda: hash_file(big_file, hashlib.sha256),
+        0.05,
+    )
+    record(ratio, "sha256.file_64MiB", ops, "hashlib", TARGETS["sha256_file"])
 
 
-@pytest.mark.parametrize("impl", ["ours", "anchor"])
 @pytest.mark.parametrize("size", list(DATA))
-def test_crc32c(benchmark, ratio, size: str, impl: str) -> None:
+def test_crc32c(benchmark, ratio, size: str) -> None:
     data = DATA[size]
     benchmark.group = f"image crc32c {size}"
-    fn = (lambda: Crc32c(data).value) if impl == "ours" else lambda: crc32c.crc32c(data)
-    assert run(benchmark, fn, len(data) / 8e9) == crc32c.crc32c(data)
-    record(ratio, benchmark, f"crc32c.{size}", impl, "crc32c (PyPI)", TARGETS["crc32c"])
+    assert Crc32c(data).value == crc32c.crc32c(data)
+    ops = compare(
+        benchmark, lambda: Crc32c(data).value, lambda: crc32c.crc32c(data), len(data) / 8e9
+    )
+    record(ratio, f"crc32c.{size}", ops, "crc32c (PyPI)", TARGETS["crc32c"])
 
 
-@pytest.mark.parametrize("impl", ["ours", "anchor"])
-def test_write_and_hash(benchmark, ratio, tmp_path: Path, impl: str) -> None:
+def test_write_and_hash(benchmark, ratio, tmp_path: Path) -> None:
     data = DATA["64MiB"][: 16 * MIB]
-    path = tmp_path / "out.bin"
+    ours_path, anchor_path = tmp_path / "ours.bin", tmp_path / "anchor.bin"
     benchmark.group = "image write+sha256 16MiB"
-    if impl == "ours":
-        fn: Callable[[], Any] = lambda: write_hashed(path, data).sha256  # noqa: E731
-    else:
-        fn = lambda: python_write_and_hash(path, data)  # noqa: E731
-    assert run(benchmark, fn, 0.02) == hashlib.sha256(data).digest()
-    record(ratio, benchmark, "write_hashed.16MiB", impl, "file writes + hashlib", None)
+    assert write_hashed(ours_path, data).sha256 == python_write_and_hash(anchor_path, data)
+    ops = compare(
+        benchmark,
+        lambda: write_hashed(ours_path, data),
+        lambda: python_write_and_hash(anchor_path, data),
+        0.02,
+    )
+    record(ratio, "write_hashed.16MiB", ops, "file writes + hashlib", None)
 
 
-@pytest.mark.parametrize("impl", ["ours", "anchor"])
-def test_thumbnail_raw(benchmark, ratio, impl: str) -> None:
+def test_thumbnail_raw(benchmark, ratio) -> None:
     benchmark.group = "image thumbnail 1920x1080 raw -> 320x180 JPEG q80"
-    if impl == "ours":
-        thumb = make_thumbnail(FRAME, "medium", quality=QUALITY)
-        assert (thumb.width, thumb.height) == (THUMB_WIDTH, THUMB_HEIGHT)
-        fn: Callable[[], Any] = lambda: make_thumbnail(FRAME, "medium", quality=QUALITY)  # noqa: E731
-        size = len(thumb.data)
-    else:
-        fn = lambda: cv2_thumbnail(FRAME)  # noqa: E731
-        size = len(cv2_thumbnail(FRAME))
-    run(benchmark, fn, 0.002)
-    _outputs.setdefault("raw", {})[impl] = size
-    sizes = _outputs["raw"]
+    thumb = make_thumbnail(FRAME, "medium", quality=QUALITY)
+    assert (thumb.width, thumb.height) == (THUMB_WIDTH, THUMB_HEIGHT)
+    theirs = cv2_thumbnail(FRAME)
+    ops = compare(
+        benchmark,
+        lambda: make_thumbnail(FRAME, "medium", quality=QUALITY),
+        lambda: cv2_thumbnail(FRAME),
+        0.002,
+    )
     record(
         ratio,
-        benchmark,
         "thumbnail.raw_1080p_medium",
-        impl,
+        ops,
         "cv2.resize(INTER_AREA)+imencode",
         TARGETS["thumbnail_raw"],
-        ours_bytes=sizes.get("ours"),
-        anchor_bytes=sizes.get("anchor"),
+        ours_bytes=len(thumb.data),
+        anchor_bytes=len(theirs),
     )
-    if len(sizes) == 2:
-        assert abs(sizes["ours"] - sizes["anchor"]) <= 0.1 * sizes["anchor"], sizes
+    assert abs(len(thumb.data) - len(theirs)) <= 0.1 * len(theirs), (len(thumb.data), len(theirs))
 
 
-@pytest.mark.parametrize("impl", ["ours", "anchor"])
-def test_thumbnail_from_jpeg(benchmark, ratio, impl: str) -> None:
+def test_thumbnail_from_jpeg(benchmark, ratio) -> None:
     benchmark.group = "image thumbnail from 1920x1080 JPEG -> 320x180 JPEG q80"
-    if impl == "ours":
-        fn: Callable[[], Any] = lambda: thumbnail_from_jpeg(FRAME_JPEG, "medium", quality=QUALITY)  # noqa: E731
-        assert fn().width == THUMB_WIDTH
-    else:
-        fn = lambda: cv2_thumbnail_from_jpeg(FRAME_JPEG)  # noqa: E731
-    run(benchmark, fn, 0.004)
+    assert thumbnail_from_jpeg(FRAME_JPEG, "medium").width == THUMB_WIDTH
+    ops = compare(
+        benchmark,
+        lambda: thumbnail_from_jpeg(FRAME_JPEG, "medium", quality=QUALITY),
+        lambda: cv2_thumbnail_from_jpeg(FRAME_JPEG),
+        0.004,
+    )
     record(
         ratio,
-        benchmark,
         "thumbnail.jpeg_1080p_medium",
-        impl,
+        ops,
         "cv2.imdecode(REDUCED_COLOR_4)+resize+imencode",
         TARGETS["thumbnail_jpeg"],
     )
