@@ -117,29 +117,30 @@ pub fn area_resize(
     })
 }
 
-/// `round_half_up(numerator / denominator)` for the exact weighted sums, without one
-/// hardware division per output byte: a float estimate corrected by at most a step.
+/// `round_half_up(sum / denominator)` for the exact weighted sums, without a hardware
+/// division per output byte: `n / d` is estimated as the high half of `n * ceil(2^64 / d)`,
+/// which is the quotient or one more (the error is below n / 2^64 < 1), then corrected.
 struct Divider {
     twice: u64,
-    inverse: f64,
+    reciprocal: u128,
 }
 
 impl Divider {
     fn new(denominator: u64) -> Divider {
+        let twice = 2 * denominator;
         Divider {
-            twice: 2 * denominator,
-            inverse: 1.0 / (2 * denominator) as f64,
+            twice,
+            reciprocal: (1u128 << 64) / u128::from(twice) + 1,
         }
     }
 
     #[inline(always)]
     fn round(&self, sum: u64) -> u8 {
+        // floor((2 * sum + d) / (2 * d)) is sum / d rounded half up.
         let n = 2 * sum + self.twice / 2;
-        let mut q = (n as f64 * self.inverse) as u64;
+        let mut q = ((u128::from(n) * self.reciprocal) >> 64) as u64;
         if q * self.twice > n {
             q -= 1;
-        } else if (q + 1) * self.twice <= n {
-            q += 1;
         }
         q as u8
     }
@@ -158,26 +159,30 @@ fn resize_with<const C: usize>(
 ) -> Vec<u8> {
     let rows = spans(height, out_height);
     let cols = spans(width, out_width);
+    let col_unit = out_width as u64;
     let row_len = width * C;
-    let (row_unit, col_unit) = (out_height as u64, out_width as u64);
-    // Per output row: `plain` sums the fully covered source rows (scaled by `row_unit`
-    // later), `edge` the partly covered ones with their weights (below 2^32 for any
-    // JPEG-sized frame: at most 255 * height); horizontal sums use 64 bits.
+    let row_unit = out_height as u32;
+    // Per output row: the fully covered source rows are summed plainly (`narrow` in 16
+    // bits, `plain` in 32 when the run is long) and scaled by `row_unit` once; the partly
+    // covered ones are weighted into `column`. A column sum is at most 255 * height, below
+    // 2^32 for any JPEG-sized frame; the horizontal sums use 64 bits.
     let mut narrow = vec![0u16; row_len];
     let mut plain = vec![0u32; row_len];
-    let mut edge = vec![0u32; row_len];
+    let mut column = vec![0u32; row_len];
     let divider = Divider::new(width as u64 * height as u64);
     let mut out = vec![0u8; out_width * out_height * C];
     for (span, out_row) in rows.iter().zip(out.chunks_exact_mut(out_width * C)) {
         let row = |i: usize| &src[i * row_len..][..row_len];
         let full_rows = span.full_start()..span.full_start() + span.full;
-        let is_narrow = span.full <= NARROW_RUN;
-        if is_narrow {
+        if span.full <= NARROW_RUN {
             narrow.fill(0);
             for i in full_rows {
                 for (acc, &p) in narrow.iter_mut().zip(row(i)) {
                     *acc += u16::from(p);
                 }
+            }
+            for (c, &n) in column.iter_mut().zip(&narrow) {
+                *c = u32::from(n) * row_unit;
             }
         } else {
             plain.fill(0);
@@ -186,69 +191,41 @@ fn resize_with<const C: usize>(
                     *acc += u32::from(p);
                 }
             }
+            for (c, &n) in column.iter_mut().zip(&plain) {
+                *c = n * row_unit;
+            }
         }
-        let has_edge = span.head > 0 || span.tail > 0;
-        if has_edge {
-            edge.fill(0);
-            for (index, weight) in [
-                (span.first, span.head),
-                (span.full_start() + span.full, span.tail),
-            ] {
-                if weight > 0 {
-                    for (acc, &p) in edge.iter_mut().zip(row(index)) {
-                        *acc += weight * u32::from(p);
-                    }
+        for (index, weight) in [
+            (span.first, span.head),
+            (span.full_start() + span.full, span.tail),
+        ] {
+            if weight > 0 {
+                for (acc, &p) in column.iter_mut().zip(row(index)) {
+                    *acc += weight * u32::from(p);
                 }
             }
         }
         for (col, pixel) in cols.iter().zip(out_row.chunks_exact_mut(C)) {
-            let mut sums = if is_narrow {
-                column_sum::<u16, C>(&narrow, col, col_unit)
-            } else {
-                column_sum::<u32, C>(&plain, col, col_unit)
-            };
-            for sum in &mut sums {
-                *sum *= row_unit;
-            }
-            if has_edge {
-                let edges = column_sum::<u32, C>(&edge, col, col_unit);
+            // Full columns add; only the partly covered first and last multiply.
+            let mut full = [0u64; C];
+            let run = &column[col.full_start() * C..][..col.full * C];
+            for source in run.chunks_exact(C) {
                 for c in 0..C {
-                    sums[c] += edges[c];
+                    full[c] += u64::from(source[c]);
                 }
             }
+            let head = &column[col.first * C..][..C];
+            let tail_at = (col.full_start() + col.full).min(width - 1) * C;
+            let tail = &column[tail_at..][..C];
             for c in 0..C {
-                pixel[c] = divider.round(sums[c]);
+                let sum = full[c] * col_unit
+                    + u64::from(col.head) * u64::from(head[c])
+                    + u64::from(col.tail) * u64::from(tail[c]);
+                pixel[c] = divider.round(sum);
             }
         }
     }
     out
-}
-
-/// The weighted sum over one output column's span of per-column vertical sums.
-#[inline(always)]
-fn column_sum<T: Copy + Into<u64>, const C: usize>(
-    values: &[T],
-    col: &Span,
-    col_unit: u64,
-) -> [u64; C] {
-    let mut full = [0u64; C];
-    for source in values[col.full_start() * C..][..col.full * C].chunks_exact(C) {
-        for c in 0..C {
-            full[c] += source[c].into();
-        }
-    }
-    let mut sums = [0u64; C];
-    for c in 0..C {
-        sums[c] = full[c] * col_unit;
-        if col.head > 0 {
-            sums[c] += u64::from(col.head) * values[col.first * C + c].into();
-        }
-        if col.tail > 0 {
-            let at = (col.full_start() + col.full) * C + c;
-            sums[c] += u64::from(col.tail) * values[at].into();
-        }
-    }
-    sums
 }
 
 #[cfg(test)]
@@ -298,6 +275,20 @@ mod tests {
             area_resize(&mixed, 1, 600, 1, 1, 1).unwrap(),
             vec![mean as u8]
         );
+    }
+
+    #[test]
+    fn divider_rounds_half_up_exactly() {
+        for d in [1u64, 2, 3, 7, 36, 1_000_003, 2_073_600, 1 << 40] {
+            let divider = Divider::new(d);
+            for sum in (0..=255 * d)
+                .step_by((d as usize / 97).max(1))
+                .chain([255 * d])
+            {
+                let want = (2 * sum + d) / (2 * d);
+                assert_eq!(u64::from(divider.round(sum)), want, "{sum} / {d}");
+            }
+        }
     }
 
     #[test]
