@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from unskit._core import __version__
+from unskit.digests import Crc32c, Sha256, WrittenFile, write_hashed
 from unskit.envelope import (
     MAX_OPAQUE_BYTES,
     EnvelopeStamp,
@@ -24,6 +25,7 @@ from unskit.errors import (
     ConfigError,
     ConfigIssue,
     EnvelopeError,
+    ImageError,
     MessagingError,
     PublishError,
     RequestTimeoutError,
@@ -33,6 +35,7 @@ from unskit.errors import (
     UnskitError,
     UnsupportedQosError,
 )
+from unskit.thumbnails import Thumbnail, make_thumbnail, thumbnail_from_jpeg
 
 if TYPE_CHECKING:
     from unskit.commands import (
@@ -101,12 +104,14 @@ __all__ = [
     "ConfigError",
     "ConfigIssue",
     "ConfigLoader",
+    "Crc32c",
     "EnvelopeError",
     "EnvelopeStamp",
     "ErrorCode",
     "Header",
     "HealthServer",
     "Identity",
+    "ImageError",
     "Kind",
     "Message",
     "MessageBuilder",
@@ -125,12 +130,18 @@ __all__ = [
     "Runtime",
     "Scope",
     "SecretError",
+    "Sha256",
     "SignalError",
+    "Thumbnail",
     "TopicScope",
     "UnskitError",
     "UnsupportedQosError",
     "Verb",
+    "WrittenFile",
     "__version__",
     "configure_logging",
     "load_config",
+    "make_thumbnail",
+    "thumbnail_from_jpeg",
+    "write_hashed",
 ]

@@ -5,6 +5,8 @@
     UnskitError
     ├── EnvelopeError (also ValueError): bytes that are not a valid envelope,
     │                                     or content that breaks an envelope rule
+    ├── ImageError (also ValueError): bytes that do not decode as an image, or an image
+    │                                  request that cannot be met (shape, size name, quality)
     ├── ConfigError: a configuration document that cannot be read or breaks a rule;
     │                carries every `ConfigIssue` (JSON path and rule), not just the first
     ├── SecretError: a `$secret` reference or vault that cannot be resolved
@@ -36,6 +38,7 @@ __all__ = [
     "ConfigError",
     "ConfigIssue",
     "EnvelopeError",
+    "ImageError",
     "MessagingError",
     "PublishError",
     "RequestTimeoutError",
@@ -53,6 +56,10 @@ class UnskitError(Exception):
 
 class EnvelopeError(UnskitError, ValueError):
     """Envelope bytes that do not decode, or content that breaks an envelope rule."""
+
+
+class ImageError(UnskitError, ValueError):
+    """Image bytes that do not decode, or a frame or thumbnail request that cannot be met."""
 
 
 @dataclass(frozen=True, order=True)

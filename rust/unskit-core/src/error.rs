@@ -13,6 +13,11 @@ pub enum CoreError {
     /// A CIP datagram or assembly value that cannot be built, or an assembly plan that
     /// cannot be compiled from its fields.
     InvalidCip(String),
+    /// Bytes that do not decode as an image (garbage, truncated or unsupported JPEG).
+    MalformedImage(String),
+    /// An image request that cannot be met: a buffer of the wrong length for its shape,
+    /// an unknown thumbnail size, a quality outside 1..=100.
+    InvalidImage(String),
 }
 
 impl fmt::Display for CoreError {
@@ -22,6 +27,8 @@ impl fmt::Display for CoreError {
             CoreError::InvalidEnvelope(detail) => write!(f, "invalid envelope: {detail}"),
             CoreError::InvalidSignal(detail) => write!(f, "invalid signal: {detail}"),
             CoreError::InvalidCip(detail) => write!(f, "invalid CIP: {detail}"),
+            CoreError::MalformedImage(detail) => write!(f, "malformed image: {detail}"),
+            CoreError::InvalidImage(detail) => write!(f, "invalid image request: {detail}"),
         }
     }
 }

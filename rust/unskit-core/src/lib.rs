@@ -6,6 +6,7 @@
 pub mod cip;
 pub mod envelope;
 pub mod error;
+pub mod image;
 pub mod signal;
 
 pub use error::CoreError;

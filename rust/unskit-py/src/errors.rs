@@ -1,11 +1,16 @@
 //! The one place core errors become Python exceptions (classes defined in `unskit.errors`).
 
+use std::io;
+use std::path::Path;
+
+use pyo3::exceptions::PyOSError;
 use pyo3::PyErr;
 use unskit_core::CoreError;
 
 pyo3::import_exception!(unskit.errors, EnvelopeError);
 pyo3::import_exception!(unskit.errors, SignalError);
 pyo3::import_exception!(unskit.errors, CipError);
+pyo3::import_exception!(unskit.errors, ImageError);
 
 pub fn to_py(error: CoreError) -> PyErr {
     match error {
@@ -14,6 +19,9 @@ pub fn to_py(error: CoreError) -> PyErr {
         }
         CoreError::InvalidSignal(detail) => SignalError::new_err(detail),
         CoreError::InvalidCip(detail) => CipError::new_err(detail),
+        CoreError::MalformedImage(_) | CoreError::InvalidImage(_) => {
+            ImageError::new_err(error.to_string())
+        }
     }
 }
 
@@ -30,4 +38,19 @@ pub fn signal_error(detail: impl Into<String>) -> PyErr {
 /// A CIP value or setting a Python caller supplied that cannot be used.
 pub fn cip_error(detail: impl Into<String>) -> PyErr {
     to_py(CoreError::InvalidCip(detail.into()))
+}
+
+/// An image request a Python caller got wrong (shape, size name, quality).
+pub fn image_error(detail: impl Into<String>) -> PyErr {
+    to_py(CoreError::InvalidImage(detail.into()))
+}
+
+/// A file operation that failed: `OSError(errno, strerror, filename)`, which Python turns
+/// into the matching subclass (FileNotFoundError, PermissionError, ...).
+pub fn io_error(error: io::Error, path: &Path) -> PyErr {
+    let filename = path.to_string_lossy().into_owned();
+    match error.raw_os_error() {
+        Some(errno) => PyOSError::new_err((errno, error.to_string(), filename)),
+        None => PyOSError::new_err(format!("{filename}: {error}")),
+    }
 }

@@ -8,6 +8,7 @@ mod cip;
 mod envelope;
 mod errors;
 mod gil;
+mod image;
 mod signal;
 
 /// Registers `unskit._core.<name>` so `import unskit._core.<name>` works like a package import.
@@ -35,5 +36,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     add_submodule(m, "envelope", envelope::register)?;
     add_submodule(m, "cip", cip::register)?;
     add_submodule(m, "signal", signal::register)?;
+    add_submodule(m, "image", image::register)?;
     Ok(())
 }

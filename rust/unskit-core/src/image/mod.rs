@@ -1,0 +1,13 @@
+//! Image kernels: streaming digests of the stored file, and thumbnails (area-average
+//! resize + JPEG encode) of a raw frame or of JPEG bytes.
+
+mod digest;
+mod resize;
+mod thumbnail;
+
+pub use digest::{Crc32c, Sha256};
+pub use resize::{area_resize, fit_long_edge};
+pub use thumbnail::{
+    thumbnail_from_frame, thumbnail_from_jpeg, Frame, PixelOrder, Thumbnail, ThumbnailSize,
+    DEFAULT_QUALITY,
+};

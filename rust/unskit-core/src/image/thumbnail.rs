@@ -1,0 +1,370 @@
+//! Thumbnails: a raw frame or JPEG bytes to a small JPEG, aspect kept, area-averaged.
+
+use jpeg_decoder::PixelFormat;
+use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
+
+use super::resize::{area_resize, fit_long_edge};
+use crate::CoreError;
+
+/// The quality a thumbnail is encoded at unless the caller asks otherwise.
+pub const DEFAULT_QUALITY: u8 = 80;
+
+/// The named thumbnail sizes; each bounds the long edge in pixels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThumbnailSize {
+    Small,
+    Medium,
+    Large,
+}
+
+impl ThumbnailSize {
+    pub const ALL: [ThumbnailSize; 3] = [Self::Small, Self::Medium, Self::Large];
+
+    pub fn long_edge(self) -> usize {
+        match self {
+            Self::Small => 160,
+            Self::Medium => 320,
+            Self::Large => 640,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Small => "small",
+            Self::Medium => "medium",
+            Self::Large => "large",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Result<Self, CoreError> {
+        Self::ALL
+            .into_iter()
+            .find(|size| size.name() == name)
+            .ok_or_else(|| {
+                CoreError::InvalidImage(format!(
+                    "unknown thumbnail size {name:?} (small, medium or large)"
+                ))
+            })
+    }
+}
+
+/// How the bytes of one pixel are laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PixelOrder {
+    Gray,
+    Rgb,
+    Bgr,
+}
+
+impl PixelOrder {
+    pub fn channels(self) -> usize {
+        match self {
+            Self::Gray => 1,
+            Self::Rgb | Self::Bgr => 3,
+        }
+    }
+
+    pub fn from_name(name: &str) -> Result<Self, CoreError> {
+        match name {
+            "gray" => Ok(Self::Gray),
+            "rgb" => Ok(Self::Rgb),
+            "bgr" => Ok(Self::Bgr),
+            _ => Err(CoreError::InvalidImage(format!(
+                "unknown pixel order {name:?} (gray, rgb or bgr)"
+            ))),
+        }
+    }
+
+    fn color_type(self) -> ColorType {
+        match self {
+            Self::Gray => ColorType::Luma,
+            Self::Rgb => ColorType::Rgb,
+            Self::Bgr => ColorType::Bgr,
+        }
+    }
+}
+
+/// A raw frame: `height` rows of `width` pixels, tightly packed.
+#[derive(Clone, Copy, Debug)]
+pub struct Frame<'a> {
+    pub pixels: &'a [u8],
+    pub width: usize,
+    pub height: usize,
+    pub order: PixelOrder,
+}
+
+/// An encoded thumbnail and its dimensions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Thumbnail {
+    pub jpeg: Vec<u8>,
+    pub width: usize,
+    pub height: usize,
+}
+
+// JPEG stores each edge in 16 bits.
+const MAX_EDGE: usize = u16::MAX as usize;
+
+fn check_quality(quality: u8) -> Result<(), CoreError> {
+    if (1..=100).contains(&quality) {
+        Ok(())
+    } else {
+        Err(CoreError::InvalidImage(format!(
+            "quality {quality} is outside 1..=100"
+        )))
+    }
+}
+
+/// A JPEG thumbnail of a raw frame, its long edge at most `size`'s.
+pub fn thumbnail_from_frame(
+    frame: &Frame<'_>,
+    size: ThumbnailSize,
+    quality: u8,
+) -> Result<Thumbnail, CoreError> {
+    check_quality(quality)?;
+    let (width, height) = (frame.width, frame.height);
+    if width == 0 || height == 0 || width > MAX_EDGE || height > MAX_EDGE {
+        return Err(CoreError::InvalidImage(format!(
+            "a {width}x{height} frame (each edge 1 to {MAX_EDGE})"
+        )));
+    }
+    let channels = frame.order.channels();
+    if width * height * channels != frame.pixels.len() {
+        return Err(CoreError::InvalidImage(format!(
+            "{} bytes do not hold a {width}x{height} frame of {channels} channel(s)",
+            frame.pixels.len()
+        )));
+    }
+    let (out_width, out_height) = fit_long_edge(width, height, size.long_edge());
+    encode_scaled(
+        frame.pixels,
+        (width, height),
+        (out_width, out_height),
+        frame.order,
+        quality,
+    )
+}
+
+/// A JPEG thumbnail of JPEG bytes: decoded at the smallest DCT scale (1/8 to 1/1) that
+/// still covers the target, then area-averaged, so the result has the same dimensions as
+/// a thumbnail of the full decoded frame.
+pub fn thumbnail_from_jpeg(
+    jpeg: &[u8],
+    size: ThumbnailSize,
+    quality: u8,
+) -> Result<Thumbnail, CoreError> {
+    check_quality(quality)?;
+    let malformed = |e: jpeg_decoder::Error| CoreError::MalformedImage(format!("JPEG: {e}"));
+    let mut decoder = jpeg_decoder::Decoder::new(jpeg);
+    decoder.read_info().map_err(malformed)?;
+    let info = decoder
+        .info()
+        .ok_or_else(|| CoreError::MalformedImage("JPEG: no frame header".into()))?;
+    let (width, height) = (usize::from(info.width), usize::from(info.height));
+    if width == 0 || height == 0 {
+        return Err(CoreError::MalformedImage(format!(
+            "JPEG: a {width}x{height} frame"
+        )));
+    }
+    let order = match info.pixel_format {
+        PixelFormat::L8 => PixelOrder::Gray,
+        PixelFormat::RGB24 => PixelOrder::Rgb,
+        other => {
+            return Err(CoreError::MalformedImage(format!(
+                "JPEG pixel format {other:?} is not supported for thumbnails (8-bit gray or colour)"
+            )))
+        }
+    };
+    let (out_width, out_height) = fit_long_edge(width, height, size.long_edge());
+    // Both edges fit in u16: they are at most the JPEG's own.
+    let (scaled_width, scaled_height) = decoder
+        .scale(out_width as u16, out_height as u16)
+        .map_err(malformed)?;
+    let pixels = decoder.decode().map_err(malformed)?;
+    let (scaled_width, scaled_height) = (usize::from(scaled_width), usize::from(scaled_height));
+    if pixels.len() != scaled_width * scaled_height * order.channels() {
+        return Err(CoreError::MalformedImage(
+            "JPEG: decoded pixels do not fill the frame".into(),
+        ));
+    }
+    // A scale that covers only one edge (the decoder picks by either) shrinks the other.
+    let target = (out_width.min(scaled_width), out_height.min(scaled_height));
+    encode_scaled(
+        &pixels,
+        (scaled_width, scaled_height),
+        target,
+        order,
+        quality,
+    )
+}
+
+fn encode_scaled(
+    pixels: &[u8],
+    (width, height): (usize, usize),
+    (out_width, out_height): (usize, usize),
+    order: PixelOrder,
+    quality: u8,
+) -> Result<Thumbnail, CoreError> {
+    let resized;
+    let small = if (out_width, out_height) == (width, height) {
+        pixels
+    } else {
+        resized = area_resize(
+            pixels,
+            width,
+            height,
+            order.channels(),
+            out_width,
+            out_height,
+        )?;
+        &resized
+    };
+    let mut jpeg = Vec::with_capacity(out_width * out_height / 4 + 1024);
+    let mut encoder = Encoder::new(&mut jpeg, quality);
+    // 4:2:0 at every quality, as libjpeg does (the encoder switches to 4:4:4 from 90).
+    // Chroma keeps the top-left sample of each 2x2: the frame is already area-averaged,
+    // and box-averaging it again cost a quarter of the encode for no visible change.
+    encoder.set_sampling_factor(SamplingFactor::F_2_2);
+    encoder
+        .encode(
+            small,
+            out_width as u16,
+            out_height as u16,
+            order.color_type(),
+        )
+        .map_err(|e| CoreError::InvalidImage(format!("JPEG encode: {e}")))?;
+    Ok(Thumbnail {
+        jpeg,
+        width: out_width,
+        height: out_height,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gradient(width: usize, height: usize, channels: usize) -> Vec<u8> {
+        let mut pixels = Vec::with_capacity(width * height * channels);
+        for y in 0..height {
+            for x in 0..width {
+                for c in 0..channels {
+                    pixels.push(((x * 255 / width + y * 3 + c * 40) % 256) as u8);
+                }
+            }
+        }
+        pixels
+    }
+
+    fn decode(jpeg: &[u8]) -> (usize, usize, PixelFormat) {
+        let mut decoder = jpeg_decoder::Decoder::new(jpeg);
+        let pixels = decoder.decode().unwrap();
+        let info = decoder.info().unwrap();
+        assert_eq!(
+            pixels.len(),
+            usize::from(info.width) * usize::from(info.height) * info.pixel_format.pixel_bytes()
+        );
+        (
+            usize::from(info.width),
+            usize::from(info.height),
+            info.pixel_format,
+        )
+    }
+
+    #[test]
+    fn each_size_bounds_the_long_edge_and_keeps_aspect() {
+        let pixels = gradient(1280, 720, 3);
+        for size in ThumbnailSize::ALL {
+            let frame = Frame {
+                pixels: &pixels,
+                width: 1280,
+                height: 720,
+                order: PixelOrder::Bgr,
+            };
+            let thumb = thumbnail_from_frame(&frame, size, DEFAULT_QUALITY).unwrap();
+            let long = size.long_edge();
+            assert_eq!((thumb.width, thumb.height), (long, long * 9 / 16));
+            assert_eq!(
+                decode(&thumb.jpeg),
+                (thumb.width, thumb.height, PixelFormat::RGB24)
+            );
+        }
+    }
+
+    #[test]
+    fn gray_frames_stay_gray() {
+        let pixels = gradient(300, 500, 1);
+        let frame = Frame {
+            pixels: &pixels,
+            width: 300,
+            height: 500,
+            order: PixelOrder::Gray,
+        };
+        let thumb = thumbnail_from_frame(&frame, ThumbnailSize::Small, 80).unwrap();
+        assert_eq!((thumb.width, thumb.height), (96, 160));
+        assert_eq!(decode(&thumb.jpeg), (96, 160, PixelFormat::L8));
+    }
+
+    #[test]
+    fn jpeg_input_gives_the_same_dimensions_as_the_raw_frame() {
+        let pixels = gradient(1920, 1080, 3);
+        let frame = Frame {
+            pixels: &pixels,
+            width: 1920,
+            height: 1080,
+            order: PixelOrder::Rgb,
+        };
+        let full = thumbnail_from_frame(&frame, ThumbnailSize::Large, 95).unwrap();
+        // Re-encode at full size to get a big JPEG, then thumbnail it.
+        let mut big = Vec::new();
+        Encoder::new(&mut big, 90)
+            .encode(&pixels, 1920, 1080, ColorType::Rgb)
+            .unwrap();
+        for size in ThumbnailSize::ALL {
+            let thumb = thumbnail_from_jpeg(&big, size, 80).unwrap();
+            let raw = thumbnail_from_frame(&frame, size, 80).unwrap();
+            assert_eq!((thumb.width, thumb.height), (raw.width, raw.height));
+        }
+        assert_eq!((full.width, full.height), (640, 360));
+    }
+
+    #[test]
+    fn bad_requests_are_errors_not_panics() {
+        let pixels = gradient(10, 10, 3);
+        let short = Frame {
+            pixels: &pixels[1..],
+            width: 10,
+            height: 10,
+            order: PixelOrder::Rgb,
+        };
+        assert!(matches!(
+            thumbnail_from_frame(&short, ThumbnailSize::Small, 80),
+            Err(CoreError::InvalidImage(_))
+        ));
+        let ok = Frame {
+            pixels: &pixels,
+            ..short
+        };
+        assert!(thumbnail_from_frame(&ok, ThumbnailSize::Small, 0).is_err());
+        assert!(thumbnail_from_frame(&ok, ThumbnailSize::Small, 101).is_err());
+        assert!(ThumbnailSize::from_name("huge").is_err());
+        assert!(PixelOrder::from_name("rgba").is_err());
+        for garbage in [&b""[..], b"not a jpeg", &[0xFF, 0xD8, 0xFF, 0xC0, 0, 5]] {
+            assert!(matches!(
+                thumbnail_from_jpeg(garbage, ThumbnailSize::Small, 80),
+                Err(CoreError::MalformedImage(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn truncated_jpeg_never_panics() {
+        let pixels = gradient(64, 48, 3);
+        let mut jpeg = Vec::new();
+        Encoder::new(&mut jpeg, 80)
+            .encode(&pixels, 64, 48, ColorType::Rgb)
+            .unwrap();
+        for cut in (0..jpeg.len()).step_by(7) {
+            let _ = thumbnail_from_jpeg(&jpeg[..cut], ThumbnailSize::Small, 80);
+        }
+    }
+}
