@@ -24,8 +24,16 @@ macro_rules! copy_as {
 pub struct Scratch {
     pub indices: Vec<u32>,
     pub values: Vec<f64>,
-    i32s: Vec<i32>,
-    i64s: Vec<i64>,
+    pub i32s: Vec<i32>,
+    pub i64s: Vec<i64>,
+}
+
+/// Which of the scratch index buffers holds this batch's indices.
+#[derive(Clone, Copy)]
+pub enum IndexKind {
+    U32,
+    I32,
+    I64,
 }
 
 /// A batch larger than this many samples does not keep its scratch buffers.
@@ -54,7 +62,7 @@ pub fn batch_into(
     scratch: &mut Scratch,
     signal_indices: &Bound<'_, PyAny>,
     values: &Bound<'_, PyAny>,
-) -> PyResult<()> {
+) -> PyResult<IndexKind> {
     let py = values.py();
     // The common shapes (f64 values; u32, i32 or i64 indices) copy into reused buffers.
     let fast_values = match PyUntypedBuffer::get(values) {
@@ -73,35 +81,21 @@ pub fn batch_into(
     if let Ok(buf) = PyUntypedBuffer::get(signal_indices) {
         if buf.dimensions() <= 1 {
             if let Ok(typed) = buf.as_typed::<u32>() {
-                return copy_into(py, typed, &mut scratch.indices);
+                copy_into(py, typed, &mut scratch.indices)?;
+                return Ok(IndexKind::U32);
             }
             if let Ok(typed) = buf.as_typed::<i32>() {
                 copy_into(py, typed, &mut scratch.i32s)?;
-                return narrow_into(&scratch.i32s, &mut scratch.indices);
+                return Ok(IndexKind::I32);
             }
             if let Ok(typed) = buf.as_typed::<i64>() {
                 copy_into(py, typed, &mut scratch.i64s)?;
-                return narrow_into(&scratch.i64s, &mut scratch.indices);
+                return Ok(IndexKind::I64);
             }
         }
     }
     scratch.indices = indices(signal_indices, "signal indices")?;
-    Ok(())
-}
-
-fn narrow_into<T: Copy + TryInto<u32> + std::fmt::Display>(
-    wide: &[T],
-    out: &mut Vec<u32>,
-) -> PyResult<()> {
-    out.clear();
-    out.reserve(wide.len());
-    for &v in wide {
-        out.push(
-            v.try_into()
-                .map_err(|_| signal_error(format!("signal indices: {v} is not a signal index")))?,
-        );
-    }
-    Ok(())
+    Ok(IndexKind::U32)
 }
 
 /// Every element as an `f64` (integers above 2**53 round, as Python's `float()` does).

@@ -4,7 +4,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use unskit_core::signal::{self as core, Deadband, Scaling, SignalConfig};
 
-use crate::buffers::{batch_into, f64s, Scratch, KEEP_SAMPLES};
+use crate::buffers::{batch_into, f64s, IndexKind, Scratch, KEEP_SAMPLES};
 use crate::errors::to_py;
 use crate::gil::detached;
 
@@ -85,17 +85,20 @@ impl SignalBank {
         signal_indices: &Bound<'py, PyAny>,
         values: &Bound<'py, PyAny>,
     ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
-        batch_into(&mut self.scratch, signal_indices, values)?;
-        let (idx, raws) = (&self.scratch.indices, &self.scratch.values);
+        let kind = batch_into(&mut self.scratch, signal_indices, values)?;
+        let scratch = &self.scratch;
+        let raws = &scratch.values;
+        let detach = raws.len() >= DETACHED_SAMPLES;
         let (passed, scaled) = (&mut self.passed, &mut self.scaled);
         let bank = &mut self.inner;
-        let result = if raws.len() >= DETACHED_SAMPLES {
-            detached(py, || bank.offer_batch(idx, raws, passed, scaled))
-        } else {
-            bank.offer_batch(idx, raws, passed, scaled)
+        let mut work = move || match kind {
+            IndexKind::U32 => bank.offer_batch(&scratch.indices, raws, passed, scaled),
+            IndexKind::I32 => bank.offer_batch(&scratch.i32s, raws, passed, scaled),
+            IndexKind::I64 => bank.offer_batch(&scratch.i64s, raws, passed, scaled),
         };
+        let result = if detach { detached(py, work) } else { work() };
         result.map_err(to_py)?;
-        let out = (PyBytes::new(py, passed), f64_bytes(py, scaled)?);
+        let out = (PyBytes::new(py, &self.passed), f64_bytes(py, &self.scaled)?);
         if self.scratch.values.capacity() > KEEP_SAMPLES {
             self.scratch.trim();
             self.passed = Vec::new();

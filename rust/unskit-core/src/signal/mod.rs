@@ -253,9 +253,9 @@ impl SignalBank {
     /// The batch form of [`offer`](Self::offer), in arrival order: `passed[i]` (0 or 1)
     /// and `scaled[i]` for sample `i`. Every index is checked before any state changes, so
     /// a bad index leaves the bank as it was.
-    pub fn offer_batch(
+    pub fn offer_batch<I: SignalIndex>(
         &mut self,
-        indices: &[u32],
+        indices: &[I],
         raws: &[f64],
         passed: &mut Vec<u8>,
         scaled: &mut Vec<f64>,
@@ -268,9 +268,10 @@ impl SignalBank {
             )));
         }
         let len = self.slots.len();
-        let max = indices.iter().copied().max().unwrap_or(0);
-        if !indices.is_empty() && max as usize >= len {
-            return Err(out_of_range(max as usize, len));
+        if let Some(&bad) = indices.iter().find(|i| i.checked(len).is_none()) {
+            return Err(CoreError::InvalidSignal(format!(
+                "signal index {bad} out of range for a bank of {len} signals"
+            )));
         }
         passed.clear();
         passed.resize(raws.len(), 0);
@@ -278,14 +279,43 @@ impl SignalBank {
         scaled.resize(raws.len(), 0.0);
         let (slots, params) = (&mut self.slots[..], &self.params[..]);
         for (((&i, &raw), p), s) in indices.iter().zip(raws).zip(passed.iter_mut()).zip(scaled) {
-            // Indices were checked above; the remaining bounds check is predictable.
-            let (ok, value) = slots[i as usize].offer(raw, params, i as usize);
+            // Every index was checked above; the remaining bounds check is predictable.
+            let i = i.unchecked();
+            let (ok, value) = slots[i].offer(raw, params, i);
             *p = ok as u8;
             *s = value;
         }
         Ok(())
     }
 }
+
+/// An integer type signal indices arrive in: NumPy's int32 and int64 are read as they
+/// are, without a pass that narrows them first.
+pub trait SignalIndex: Copy + std::fmt::Display {
+    /// The index when it addresses one of `len` signals.
+    fn checked(self, len: usize) -> Option<usize>;
+    /// The index of a value `checked` accepted.
+    fn unchecked(self) -> usize;
+}
+
+macro_rules! signal_index {
+    ($($t:ty),+) => {
+        $(
+            impl SignalIndex for $t {
+                #[inline(always)]
+                fn checked(self, len: usize) -> Option<usize> {
+                    usize::try_from(self).ok().filter(|&i| i < len)
+                }
+                #[inline(always)]
+                fn unchecked(self) -> usize {
+                    self as usize
+                }
+            }
+        )+
+    };
+}
+
+signal_index!(u32, i32, i64);
 
 fn out_of_range(index: usize, len: usize) -> CoreError {
     CoreError::InvalidSignal(format!(
