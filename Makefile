@@ -10,7 +10,7 @@ export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 # Extras of pyproject.toml the tests, lint and benchmarks need.
 EXTRAS := embedded,test,lint,bench
 
-.PHONY: help demo test lint fmt bench system-deps venv build clean
+.PHONY: help demo test lint fmt bench fuzz system-deps venv build clean
 
 help:
 	@echo "make demo   build, then run the edge demo"
@@ -18,6 +18,7 @@ help:
 	@echo "make bench  benchmarks, ours beside each anchor (writes benches/results.json)"
 	@echo "make lint   ruff, mypy --strict, stubtest, cargo fmt --check, clippy"
 	@echo "make fmt    format Python and Rust"
+	@echo "make fuzz   bounded cargo-fuzz runs of the CIP parsers (nightly, cargo-fuzz)"
 
 demo: build
 	unskit demo
@@ -42,6 +43,12 @@ fmt: venv
 	ruff format python tests benches
 	ruff check --fix python tests benches
 	cargo fmt --all
+
+# FUZZ_SECS per target; needs `rustup toolchain install nightly` and `cargo install cargo-fuzz`.
+FUZZ_SECS ?= 60
+fuzz:
+	cd rust/unskit-core && for t in class1_datagram plan_decode; do \
+		cargo +nightly fuzz run --release $$t -- -max_total_time=$(FUZZ_SECS) -max_len=256; done
 
 system-deps:
 	scripts/install-system-deps

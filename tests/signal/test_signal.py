@@ -93,6 +93,10 @@ def test_a_bad_index_raises_and_changes_nothing():
         bank.offer_batch([0, 0], [1.0])
     with pytest.raises(SignalError, match="not a signal index"):
         bank.offer_batch([-1], [1.0])
+    for dtype in (np.int32, np.int64):
+        with pytest.raises(SignalError, match="signal index -1 out of range"):
+            bank.offer_batch(np.array([0, -1], dtype=dtype), np.array([1.0, 2.0]))
+    assert bank.last(0) is None
     with pytest.raises(SignalError, match="out of range"):
         bank.offer(3, 1.0)
     with pytest.raises(SignalError, match="numeric buffer or a sequence"):

@@ -18,6 +18,86 @@ macro_rules! copy_as {
     }};
 }
 
+/// Buffers reused from one batch to the next: fresh multi-megabyte allocations cost more
+/// in page faults than the kernels themselves (`benches/bench_signal.py`).
+#[derive(Default)]
+pub struct Scratch {
+    pub indices: Vec<u32>,
+    pub values: Vec<f64>,
+    pub i32s: Vec<i32>,
+    pub i64s: Vec<i64>,
+}
+
+/// Which of the scratch index buffers holds this batch's indices.
+#[derive(Clone, Copy)]
+pub enum IndexKind {
+    U32,
+    I32,
+    I64,
+}
+
+/// A batch larger than this many samples does not keep its scratch buffers.
+pub const KEEP_SAMPLES: usize = 1 << 22;
+
+impl Scratch {
+    pub fn trim(&mut self) {
+        if self.values.capacity() > KEEP_SAMPLES {
+            *self = Scratch::default();
+        }
+    }
+}
+
+fn copy_into<T: pyo3::buffer::Element + Copy + Default>(
+    py: Python<'_>,
+    buf: &pyo3::buffer::PyBuffer<T>,
+    out: &mut Vec<T>,
+) -> PyResult<()> {
+    out.clear();
+    out.resize(buf.item_count(), T::default());
+    buf.copy_to_slice(py, out)
+}
+
+/// `values` into `scratch.values`, `signal_indices` into `scratch.indices`.
+pub fn batch_into(
+    scratch: &mut Scratch,
+    signal_indices: &Bound<'_, PyAny>,
+    values: &Bound<'_, PyAny>,
+) -> PyResult<IndexKind> {
+    let py = values.py();
+    // The common shapes (f64 values; u32, i32 or i64 indices) copy into reused buffers.
+    let fast_values = match PyUntypedBuffer::get(values) {
+        Ok(buf) if buf.dimensions() <= 1 => match buf.as_typed::<f64>() {
+            Ok(typed) => {
+                copy_into(py, typed, &mut scratch.values)?;
+                true
+            }
+            Err(_) => false,
+        },
+        _ => false,
+    };
+    if !fast_values {
+        scratch.values = f64s(values, "values")?;
+    }
+    if let Ok(buf) = PyUntypedBuffer::get(signal_indices) {
+        if buf.dimensions() <= 1 {
+            if let Ok(typed) = buf.as_typed::<u32>() {
+                copy_into(py, typed, &mut scratch.indices)?;
+                return Ok(IndexKind::U32);
+            }
+            if let Ok(typed) = buf.as_typed::<i32>() {
+                copy_into(py, typed, &mut scratch.i32s)?;
+                return Ok(IndexKind::I32);
+            }
+            if let Ok(typed) = buf.as_typed::<i64>() {
+                copy_into(py, typed, &mut scratch.i64s)?;
+                return Ok(IndexKind::I64);
+            }
+        }
+    }
+    scratch.indices = indices(signal_indices, "signal indices")?;
+    Ok(IndexKind::U32)
+}
+
 /// Every element as an `f64` (integers above 2**53 round, as Python's `float()` does).
 pub fn f64s(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<f64>> {
     if let Some(values) = f64_buffer(obj)? {

@@ -4,7 +4,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use unskit_core::signal::{self as core, Deadband, Scaling, SignalConfig};
 
-use crate::buffers::{f64s, indices};
+use crate::buffers::{batch_into, f64s, IndexKind, Scratch, KEEP_SAMPLES};
 use crate::errors::to_py;
 use crate::gil::detached;
 
@@ -46,6 +46,9 @@ pub fn f64_bytes<'py>(py: Python<'py>, values: &[f64]) -> PyResult<Bound<'py, Py
 #[pyclass(module = "unskit._core.signal")]
 pub struct SignalBank {
     inner: core::SignalBank,
+    scratch: Scratch,
+    passed: Vec<u8>,
+    scaled: Vec<f64>,
 }
 
 #[pymethods]
@@ -59,6 +62,9 @@ impl SignalBank {
             .map_err(to_py)?;
         Ok(SignalBank {
             inner: core::SignalBank::new(configs),
+            scratch: Scratch::default(),
+            passed: Vec::new(),
+            scaled: Vec::new(),
         })
     }
 
@@ -90,19 +96,26 @@ impl SignalBank {
         signal_indices: &Bound<'py, PyAny>,
         values: &Bound<'py, PyAny>,
     ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
-        let idx = indices(signal_indices, "signal indices")?;
-        let raws = f64s(values, "values")?;
-        let (mut passed, mut scaled) = (Vec::new(), Vec::new());
+        let kind = batch_into(&mut self.scratch, signal_indices, values)?;
+        let scratch = &self.scratch;
+        let raws = &scratch.values;
+        let detach = raws.len() >= DETACHED_SAMPLES;
+        let (passed, scaled) = (&mut self.passed, &mut self.scaled);
         let bank = &mut self.inner;
-        let result = if raws.len() >= DETACHED_SAMPLES {
-            detached(py, || {
-                bank.offer_batch(&idx, &raws, &mut passed, &mut scaled)
-            })
-        } else {
-            bank.offer_batch(&idx, &raws, &mut passed, &mut scaled)
+        let mut work = move || match kind {
+            IndexKind::U32 => bank.offer_batch(&scratch.indices, raws, passed, scaled),
+            IndexKind::I32 => bank.offer_batch(&scratch.i32s, raws, passed, scaled),
+            IndexKind::I64 => bank.offer_batch(&scratch.i64s, raws, passed, scaled),
         };
+        let result = if detach { detached(py, work) } else { work() };
         result.map_err(to_py)?;
-        Ok((PyBytes::new(py, &passed), f64_bytes(py, &scaled)?))
+        let out = (PyBytes::new(py, &self.passed), f64_bytes(py, &self.scaled)?);
+        if self.scratch.values.capacity() > KEEP_SAMPLES {
+            self.scratch.trim();
+            self.passed = Vec::new();
+            self.scaled = Vec::new();
+        }
+        Ok(out)
     }
 
     /// The last published (scaled) value of signal `index`, None before the first.

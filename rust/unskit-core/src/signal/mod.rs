@@ -125,46 +125,46 @@ pub struct SignalConfig {
     pub always: bool,
 }
 
-/// Hot state of one signal, 40 bytes so 1,000 signals sit in L1/L2.
+/// Hot state of one signal, 40 bytes so 1,000 signals stay in L1/L2.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     scale: f64,
     offset: f64,
-    /// The absolute threshold, or the percentage for a percent deadband.
-    threshold: f64,
     last: f64,
-    kind: u8,
+    /// The least |new - last| that publishes a finite sample, worked out when `last` is
+    /// published: the absolute threshold; |last| * value / 100 for percent (0 from a last
+    /// of 0: any change); 0 for none. The division then runs once per publication, not
+    /// once per sample, and stays bit for bit the documented expression.
+    cut: f64,
+    percent: bool,
     always: bool,
     has_last: bool,
     identity: bool,
 }
 
-const KIND_NONE: u8 = 0;
-const KIND_ABSOLUTE: u8 = 1;
-const KIND_PERCENT: u8 = 2;
-
 impl Slot {
-    fn new(c: SignalConfig) -> Self {
-        let (kind, threshold) = match c.deadband {
-            Deadband::None => (KIND_NONE, 0.0),
-            Deadband::Absolute(t) => (KIND_ABSOLUTE, t),
-            Deadband::Percent(p) => (KIND_PERCENT, p),
+    fn new(c: SignalConfig) -> (Self, f64) {
+        let (percent, cut, param) = match c.deadband {
+            Deadband::None => (false, 0.0, 0.0),
+            Deadband::Absolute(t) => (false, t, t),
+            Deadband::Percent(p) => (true, 0.0, p),
         };
-        Slot {
+        let slot = Slot {
             scale: c.scaling.scale,
             offset: c.scaling.offset,
-            threshold,
             last: 0.0,
-            kind,
+            cut,
+            percent,
             always: c.always,
             has_last: false,
             identity: c.scaling.identity,
-        }
+        };
+        (slot, param)
     }
 
-    /// [`Deadband::passes`] and the first-sample and `always` rules without branches on
-    /// the data: random samples would mispredict them (see `benches/bench_signal.py`).
-    /// Decides only; [`offer`](Self::offer) and array offers commit.
+    /// [`Deadband::passes`] after the first-sample and `always` rules. With `cut` the
+    /// finite case is one comparison for every kind: none has cut 0, so it is `value !=
+    /// last`; percent from a last of 0 likewise. Decides only; `commit` publishes.
     #[inline(always)]
     fn gate(&self, raw: f64) -> (bool, f64) {
         let value = if self.identity {
@@ -173,27 +173,32 @@ impl Slot {
             raw * self.scale + self.offset
         };
         let last = self.last;
-        let percent = self.kind == KIND_PERCENT;
-        let threshold = if percent {
-            last.abs() * self.threshold / 100.0
+        let ok = if !self.has_last || self.always {
+            true
+        } else if !value.is_finite() || !last.is_finite() {
+            value != last && !(value.is_nan() && last.is_nan())
         } else {
-            self.threshold
+            (value - last).abs() >= self.cut && value != last
         };
-        let changed = (value != last) & !(value.is_nan() & last.is_nan());
-        let plain = (self.kind == KIND_NONE)
-            | !value.is_finite()
-            | !last.is_finite()
-            | (percent & (last == 0.0));
-        let far = (value - last).abs() >= threshold;
-        let ok = !self.has_last | self.always | (changed & (plain | far));
         (ok, value)
     }
 
+    /// Makes `value` the last published value (and works out the next percent cut).
     #[inline(always)]
-    fn offer(&mut self, raw: f64) -> (bool, f64) {
-        let (ok, value) = self.gate(raw);
-        self.last = if ok { value } else { self.last };
+    fn commit(&mut self, value: f64, params: &[f64], index: usize) {
+        self.last = value;
         self.has_last = true;
+        if self.percent {
+            self.cut = value.abs() * params[index] / 100.0;
+        }
+    }
+
+    #[inline(always)]
+    fn offer(&mut self, raw: f64, params: &[f64], index: usize) -> (bool, f64) {
+        let (ok, value) = self.gate(raw);
+        if ok {
+            self.commit(value, params, index);
+        }
         (ok, value)
     }
 }
@@ -202,13 +207,14 @@ impl Slot {
 #[derive(Debug, Clone)]
 pub struct SignalBank {
     slots: Vec<Slot>,
+    /// Per signal: the percentage of a percent deadband (read only when one publishes).
+    params: Vec<f64>,
 }
 
 impl SignalBank {
     pub fn new(configs: impl IntoIterator<Item = SignalConfig>) -> Self {
-        SignalBank {
-            slots: configs.into_iter().map(Slot::new).collect(),
-        }
+        let (slots, params) = configs.into_iter().map(Slot::new).unzip();
+        SignalBank { slots, params }
     }
 
     pub fn len(&self) -> usize {
@@ -253,7 +259,7 @@ impl SignalBank {
             .slots
             .get_mut(index)
             .ok_or_else(|| out_of_range(index, len))?;
-        Ok(slot.offer(raw))
+        Ok(slot.offer(raw, &self.params, index))
     }
 
     /// One sample of an array signal whose elements occupy slots `start..start + n`: the
@@ -271,19 +277,17 @@ impl SignalBank {
             .checked_add(raws.len())
             .filter(|&end| end <= len)
             .ok_or_else(|| out_of_range(start.saturating_add(raws.len()), len))?;
-        let slots = &mut self.slots[start..end];
         scaled.clear();
         let mut any = false;
-        for (slot, &raw) in slots.iter().zip(raws) {
+        for (slot, &raw) in self.slots[start..end].iter().zip(raws) {
             let (ok, value) = slot.gate(raw);
             any |= ok;
             scaled.push(value);
         }
-        for (slot, &value) in slots.iter_mut().zip(scaled.iter()) {
-            if any {
-                slot.last = value;
+        if any {
+            for (offset, &value) in scaled.iter().enumerate() {
+                self.slots[start + offset].commit(value, &self.params, start + offset);
             }
-            slot.has_last = true;
         }
         Ok(any)
     }
@@ -291,9 +295,9 @@ impl SignalBank {
     /// The batch form of [`offer`](Self::offer), in arrival order: `passed[i]` (0 or 1)
     /// and `scaled[i]` for sample `i`. Every index is checked before any state changes, so
     /// a bad index leaves the bank as it was.
-    pub fn offer_batch(
+    pub fn offer_batch<I: SignalIndex>(
         &mut self,
-        indices: &[u32],
+        indices: &[I],
         raws: &[f64],
         passed: &mut Vec<u8>,
         scaled: &mut Vec<f64>,
@@ -306,24 +310,54 @@ impl SignalBank {
             )));
         }
         let len = self.slots.len();
-        let max = indices.iter().copied().max().unwrap_or(0);
-        if !indices.is_empty() && max as usize >= len {
-            return Err(out_of_range(max as usize, len));
+        if let Some(&bad) = indices.iter().find(|i| i.checked(len).is_none()) {
+            return Err(CoreError::InvalidSignal(format!(
+                "signal index {bad} out of range for a bank of {len} signals"
+            )));
         }
         passed.clear();
         passed.resize(raws.len(), 0);
         scaled.clear();
         scaled.resize(raws.len(), 0.0);
-        let slots = &mut self.slots[..];
+        let (slots, params) = (&mut self.slots[..], &self.params[..]);
         for (((&i, &raw), p), s) in indices.iter().zip(raws).zip(passed.iter_mut()).zip(scaled) {
-            // Indices were checked above; the remaining bounds check is predictable.
-            let (ok, value) = slots[i as usize].offer(raw);
+            // Every index was checked above; the remaining bounds check is predictable.
+            let i = i.unchecked();
+            let (ok, value) = slots[i].offer(raw, params, i);
             *p = ok as u8;
             *s = value;
         }
         Ok(())
     }
 }
+
+/// An integer type signal indices arrive in: NumPy's int32 and int64 are read as they
+/// are, without a pass that narrows them first.
+pub trait SignalIndex: Copy + std::fmt::Display {
+    /// The index when it addresses one of `len` signals.
+    fn checked(self, len: usize) -> Option<usize>;
+    /// The index of a value `checked` accepted.
+    fn unchecked(self) -> usize;
+}
+
+macro_rules! signal_index {
+    ($($t:ty),+) => {
+        $(
+            impl SignalIndex for $t {
+                #[inline(always)]
+                fn checked(self, len: usize) -> Option<usize> {
+                    usize::try_from(self).ok().filter(|&i| i < len)
+                }
+                #[inline(always)]
+                fn unchecked(self) -> usize {
+                    self as usize
+                }
+            }
+        )+
+    };
+}
+
+signal_index!(u32, i32, i64);
 
 fn out_of_range(index: usize, len: usize) -> CoreError {
     CoreError::InvalidSignal(format!(
