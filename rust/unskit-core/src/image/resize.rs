@@ -177,10 +177,26 @@ impl AreaResizer {
                 self.height - self.next_row
             )));
         }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2, checked on the line above.
+            unsafe { self.push_rows_avx2(rows) };
+            return Ok(());
+        }
         for row in rows.chunks_exact(row_len) {
             self.push_row(row);
         }
         Ok(())
+    }
+
+    /// The same loops compiled for AVX2 (twice the lanes of the SSE2 baseline for the row
+    /// sums, and a 32-bit multiply for the weighted ones); chosen at run time.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn push_rows_avx2(&mut self, rows: &[u8]) {
+        for row in rows.chunks_exact(self.row_len()) {
+            self.push_row(row);
+        }
     }
 
     /// The resized pixels, once every source row has been fed.
@@ -194,6 +210,7 @@ impl AreaResizer {
         Ok(self.out)
     }
 
+    #[inline(always)]
     fn push_row(&mut self, row: &[u8]) {
         let r = self.next_row;
         self.next_row += 1;
@@ -233,6 +250,7 @@ impl AreaResizer {
         }
     }
 
+    #[inline(always)]
     fn finish_out_row(&mut self, span: Span) {
         let unit = self.rows.len() as u32;
         if span.full <= NARROW_RUN {
@@ -279,6 +297,7 @@ impl AreaResizer {
     }
 }
 
+#[inline(always)]
 fn weighted_add(column: &mut [u32], row: &[u8], weight: u32) {
     for (acc, &p) in column.iter_mut().zip(row) {
         *acc += weight * u32::from(p);
