@@ -174,3 +174,21 @@ def test_truncated_jpegs_raise_or_decode_never_crash():
         except ImageError:
             continue
         assert thumb.width == 160
+
+
+@pytest.mark.parametrize(
+    ("width", "height", "channels", "out_width", "out_height"),
+    [
+        (96, 54, 3, 64, 36),  # 1.5x, a quarter-scale JPEG decode to its thumbnail
+        (120, 90, 3, 20, 15),  # 6x, whole blocks
+        (77, 41, 1, 13, 7),  # no common factor
+        (3, 600, 1, 2, 1),  # a run of 600 full rows: past the 16-bit sums
+    ],
+)
+def test_resize_agrees_with_the_reference_at_thumbnail_ratios(
+    width, height, channels, out_width, out_height
+):
+    shape = (height, width, channels)
+    pixels = np.random.default_rng(width).integers(0, 256, shape, dtype=np.uint8).tobytes()
+    ours = core.area_resize(pixels, width, height, channels, out_width, out_height)
+    assert ours == ref.area_resize(pixels, width, height, channels, out_width, out_height)

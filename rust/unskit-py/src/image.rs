@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyMemoryView, PySlice};
-use unskit_core::image::{self as core, Frame, PixelOrder, ThumbnailSize, DEFAULT_QUALITY};
+use unskit_core::image::{
+    self as core, AreaResizer, Frame, PixelOrder, ThumbnailSize, DEFAULT_QUALITY,
+};
 
 use crate::errors::{image_error, io_error, to_py};
 use crate::gil::detached;
@@ -358,17 +360,65 @@ fn thumbnail<'py>(
     let order = PixelOrder::from_name(order).map_err(to_py)?;
     let size = ThumbnailSize::from_name(size).map_err(to_py)?;
     let quality = quality_of(quality)?;
-    let bytes = Bytes::of(pixels)?;
-    let raw = bytes.as_slice();
-    let frame = Frame {
-        pixels: raw,
-        width,
-        height,
-        order,
-    };
-    let thumb =
-        detached(py, || core::thumbnail_from_frame(&frame, size, quality)).map_err(to_py)?;
+    let thumb = if let Ok(bytes) = pixels.cast::<PyBytes>() {
+        let frame = Frame {
+            pixels: bytes.as_bytes(),
+            width,
+            height,
+            order,
+        };
+        detached(py, || core::thumbnail_from_frame(&frame, size, quality))
+    } else {
+        thumbnail_in_pieces(py, pixels, width, height, order, size, quality)?
+    }
+    .map_err(to_py)?;
     Ok((PyBytes::new(py, &thumb.jpeg), thumb.width, thumb.height))
+}
+
+/// A frame in a buffer another thread may change is copied a band of rows at a time (with
+/// the GIL held) into the resizer (run detached): no copy of the whole frame, and each band
+/// is summed while it is still in cache.
+fn thumbnail_in_pieces(
+    py: Python<'_>,
+    pixels: &Bound<'_, PyAny>,
+    width: usize,
+    height: usize,
+    order: PixelOrder,
+    size: ThumbnailSize,
+    quality: u8,
+) -> PyResult<Result<core::Thumbnail, unskit_core::CoreError>> {
+    let view = flat_view(pixels)?;
+    let len = view.len()?;
+    let (out_width, out_height) =
+        core::thumbnail_dimensions(width, height, order, len, size, quality).map_err(to_py)?;
+    if (out_width, out_height) == (width, height) {
+        let copy = PyBuffer::<u8>::get(&view)?.to_vec(py)?;
+        return Ok(detached(py, || {
+            core::encode_jpeg(&copy, width, height, order, quality)
+        }));
+    }
+    let mut resizer =
+        AreaResizer::new(width, height, order.channels(), out_width, out_height).map_err(to_py)?;
+    let row_len = resizer.row_len();
+    let band = (PIECE_BYTES / row_len).max(1) * row_len;
+    let mut piece = vec![0u8; band];
+    let mut start = 0;
+    while start < len {
+        let end = (start + band).min(len);
+        let part = view.get_item(PySlice::new(py, start as isize, end as isize, 1))?;
+        let rows = &mut piece[..end - start];
+        PyBuffer::<u8>::get(&part)?.copy_to_slice(py, rows)?;
+        let rows = &*rows;
+        let resizer = &mut resizer;
+        if let Err(e) = detached(py, || resizer.push_rows(rows)) {
+            return Ok(Err(e));
+        }
+        start = end;
+    }
+    Ok(detached(py, || {
+        let small = resizer.finish()?;
+        core::encode_jpeg(&small, out_width, out_height, order, quality)
+    }))
 }
 
 /// A JPEG thumbnail of JPEG bytes, decoded at a reduced DCT scale where that suffices.

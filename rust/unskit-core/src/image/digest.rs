@@ -23,7 +23,8 @@ impl Sha256 {
     }
 }
 
-/// Streaming CRC32C (Castagnoli; SSE4.2 or ARMv8 CRC instructions when present).
+/// Streaming CRC32C (Castagnoli), folded with carry-less multiplies (PCLMULQDQ, or
+/// VPCLMULQDQ with AVX-512) and the CRC32 instructions, chosen at run time by `crc-fast`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Crc32c(u32);
 
@@ -33,7 +34,13 @@ impl Crc32c {
     }
 
     pub fn update(&mut self, data: &[u8]) {
-        self.0 = crc32c::crc32c_append(self.0, data);
+        // The digest's raw state is the value before the final inversion.
+        let mut digest = crc_fast::Digest::new_with_init_state(
+            crc_fast::CrcAlgorithm::Crc32Iscsi,
+            u64::from(!self.0),
+        );
+        digest.update(data);
+        self.0 = digest.finalize() as u32;
     }
 
     pub fn value(&self) -> u32 {

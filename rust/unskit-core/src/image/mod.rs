@@ -6,8 +6,8 @@ mod resize;
 mod thumbnail;
 
 pub use digest::{Crc32c, Sha256};
-pub use resize::{area_resize, fit_long_edge};
+pub use resize::{area_resize, fit_long_edge, AreaResizer};
 pub use thumbnail::{
-    thumbnail_from_frame, thumbnail_from_jpeg, Frame, PixelOrder, Thumbnail, ThumbnailSize,
-    DEFAULT_QUALITY,
+    encode_jpeg, thumbnail_dimensions, thumbnail_from_frame, thumbnail_from_jpeg, Frame,
+    PixelOrder, Thumbnail, ThumbnailSize, DEFAULT_QUALITY,
 };

@@ -120,28 +120,46 @@ pub fn thumbnail_from_frame(
     size: ThumbnailSize,
     quality: u8,
 ) -> Result<Thumbnail, CoreError> {
+    let (out_width, out_height) = thumbnail_dimensions(
+        frame.width,
+        frame.height,
+        frame.order,
+        frame.pixels.len(),
+        size,
+        quality,
+    )?;
+    encode_scaled(
+        frame.pixels,
+        (frame.width, frame.height),
+        (out_width, out_height),
+        frame.order,
+        quality,
+    )
+}
+
+/// Checks a thumbnail request for a frame of `len` bytes and returns the thumbnail's
+/// dimensions; for callers that feed the frame to an `AreaResizer` in pieces.
+pub fn thumbnail_dimensions(
+    width: usize,
+    height: usize,
+    order: PixelOrder,
+    len: usize,
+    size: ThumbnailSize,
+    quality: u8,
+) -> Result<(usize, usize), CoreError> {
     check_quality(quality)?;
-    let (width, height) = (frame.width, frame.height);
     if width == 0 || height == 0 || width > MAX_EDGE || height > MAX_EDGE {
         return Err(CoreError::InvalidImage(format!(
             "a {width}x{height} frame (each edge 1 to {MAX_EDGE})"
         )));
     }
-    let channels = frame.order.channels();
-    if width * height * channels != frame.pixels.len() {
+    let channels = order.channels();
+    if width * height * channels != len {
         return Err(CoreError::InvalidImage(format!(
-            "{} bytes do not hold a {width}x{height} frame of {channels} channel(s)",
-            frame.pixels.len()
+            "{len} bytes do not hold a {width}x{height} frame of {channels} channel(s)"
         )));
     }
-    let (out_width, out_height) = fit_long_edge(width, height, size.long_edge());
-    encode_scaled(
-        frame.pixels,
-        (width, height),
-        (out_width, out_height),
-        frame.order,
-        quality,
-    )
+    Ok(fit_long_edge(width, height, size.long_edge()))
 }
 
 /// A JPEG thumbnail of JPEG bytes: decoded at the smallest DCT scale (1/8 to 1/1) that
@@ -204,38 +222,53 @@ fn encode_scaled(
     order: PixelOrder,
     quality: u8,
 ) -> Result<Thumbnail, CoreError> {
-    let resized;
-    let small = if (out_width, out_height) == (width, height) {
-        pixels
-    } else {
-        resized = area_resize(
-            pixels,
-            width,
-            height,
-            order.channels(),
-            out_width,
-            out_height,
-        )?;
-        &resized
-    };
-    let mut jpeg = Vec::with_capacity(out_width * out_height / 4 + 1024);
+    if (out_width, out_height) == (width, height) {
+        return encode_jpeg(pixels, width, height, order, quality);
+    }
+    let small = area_resize(
+        pixels,
+        width,
+        height,
+        order.channels(),
+        out_width,
+        out_height,
+    )?;
+    encode_jpeg(&small, out_width, out_height, order, quality)
+}
+
+/// Encodes already-sized pixels as the thumbnail JPEG.
+pub fn encode_jpeg(
+    pixels: &[u8],
+    width: usize,
+    height: usize,
+    order: PixelOrder,
+    quality: u8,
+) -> Result<Thumbnail, CoreError> {
+    check_quality(quality)?;
+    if width == 0 || height == 0 || width > MAX_EDGE || height > MAX_EDGE {
+        return Err(CoreError::InvalidImage(format!(
+            "a {width}x{height} thumbnail (each edge 1 to {MAX_EDGE})"
+        )));
+    }
+    if pixels.len() != width * height * order.channels() {
+        return Err(CoreError::InvalidImage(format!(
+            "{} bytes do not hold a {width}x{height} thumbnail",
+            pixels.len()
+        )));
+    }
+    let mut jpeg = Vec::with_capacity(width * height / 4 + 1024);
     let mut encoder = Encoder::new(&mut jpeg, quality);
     // 4:2:0 at every quality, as libjpeg does (the encoder switches to 4:4:4 from 90).
     // Chroma keeps the top-left sample of each 2x2: the frame is already area-averaged,
     // and box-averaging it again cost a quarter of the encode for no visible change.
     encoder.set_sampling_factor(SamplingFactor::F_2_2);
     encoder
-        .encode(
-            small,
-            out_width as u16,
-            out_height as u16,
-            order.color_type(),
-        )
+        .encode(pixels, width as u16, height as u16, order.color_type())
         .map_err(|e| CoreError::InvalidImage(format!("JPEG encode: {e}")))?;
     Ok(Thumbnail {
         jpeg,
-        width: out_width,
-        height: out_height,
+        width,
+        height,
     })
 }
 
