@@ -170,7 +170,8 @@ impl AreaResizer {
     /// Feeds the next whole rows, top to bottom.
     pub fn push_rows(&mut self, rows: &[u8]) -> Result<(), CoreError> {
         let row_len = self.row_len();
-        if rows.len() % row_len != 0 || self.next_row + rows.len() / row_len > self.height {
+        if !rows.len().is_multiple_of(row_len) || self.next_row + rows.len() / row_len > self.height
+        {
             return Err(CoreError::InvalidImage(format!(
                 "{} bytes are not whole rows of {row_len} within the {} rows left",
                 rows.len(),
