@@ -19,6 +19,7 @@ from unskit.envelope import (
     MessageBuilder,
 )
 from unskit.errors import (
+    CaptureError,
     CommandError,
     ConfigError,
     ConfigIssue,
@@ -89,6 +90,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "MAX_OPAQUE_BYTES",
+    "CaptureError",
     "CommandClient",
     "CommandContext",
     "CommandError",

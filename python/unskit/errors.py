@@ -14,9 +14,11 @@
     │   ├── ReservedTopicError (also ValueError): a topic of class state, metric, cfg, log
     │   ├── RequestTimeoutError (also TimeoutError): no reply before the deadline
     │   └── UnsupportedQosError (also ValueError): a QoS the transport cannot give
-    └── CommandError: a command verb's failure, carrying the spec's errorCode and errorMessage;
-                      raised by verb handlers (the inbox replies with it) and by
-                      `CommandClient.call` when the reply is a failure
+    ├── CommandError: a command verb's failure, carrying the spec's errorCode and errorMessage;
+    │                 raised by verb handlers (the inbox replies with it) and by
+    │                 `CommandClient.call` when the reply is a failure
+    └── CaptureError: a camera capture stage that failed (backend, encoding, persistence);
+                      carries the failure body's code, stage and retriable flag
 
 The Rust core's errors are mapped to these classes in ``rust/unskit-py/src/errors.rs``.
 """
@@ -27,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = [
+    "CaptureError",
     "CommandError",
     "ConfigError",
     "ConfigIssue",
@@ -116,3 +119,23 @@ class CommandError(UnskitError):
     def to_body(self) -> dict[str, str]:
         """The failure reply body: ``{"errorCode": ..., "errorMessage": ...}``."""
         return {"errorCode": self.code, "errorMessage": self.message}
+
+
+class CaptureError(UnskitError):
+    """A capture that failed in one stage; becomes the terminal body's ``failure`` block."""
+
+    def __init__(self, code: str, stage: str, message: str, *, retriable: bool = True) -> None:
+        self.code = str(code)
+        self.stage = stage
+        self.message = message
+        self.retriable = retriable
+        super().__init__(f"{self.code} in {stage}: {message}")
+
+    def to_failure(self) -> dict[str, object]:
+        """The terminal body's failure block: code, stage, retriable, message."""
+        return {
+            "code": self.code,
+            "stage": self.stage,
+            "retriable": self.retriable,
+            "message": self.message,
+        }

@@ -241,7 +241,9 @@ class CommandInbox:
             raise CommandError(
                 ErrorCode.REPLY_REQUIRED, f"{verb.full_name} holds its reply: send a reply_to"
             )
-        if request_id is None:
+        # A read-only verb may look things up by requestId (sb/capture-status): that field
+        # is an argument there, not an idempotency key.
+        if request_id is None or verb.request_id is RequestIdRule.NONE:
             return self._run(verb, context, held, key=None)
         # One namespace per component and scope for every verb: the verb is part of the
         # hashed arguments, so a requestId reused for another verb conflicts.
