@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from unskit.commands.codes import RETRYABLE_CODES, ErrorCode
+from unskit.commands.codes import RETRYABLE_CODES, ErrorCode, failure_code
 from unskit.commands.fields import (
     CURSOR,
     DEFAULT_LIMIT,
@@ -341,7 +341,7 @@ class CommandInbox:
 
     def _settle(self, key: IdempotencyKey | None, outcome: Mapping[str, Any]) -> Mapping[str, Any]:
         if key is not None:
-            if outcome.get("errorCode") in RETRYABLE_CODES:
+            if failure_code(outcome) in RETRYABLE_CODES:
                 self._store.forget(key, outcome)
             else:
                 self._store.complete(key, outcome)
@@ -372,7 +372,7 @@ class CommandInbox:
                 return
             held.answered = True
             self._held.discard(held)
-            code = outcome.get("errorCode")
+            code = failure_code(outcome)
             if code is None:
                 self.stats.succeeded += 1
             else:
