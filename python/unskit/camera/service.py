@@ -88,11 +88,14 @@ class _Active:
     """A non-terminal job held in memory with what its pipeline measured."""
 
     job: Job
-    reserved_bytes: int
+    #: The frame memory this capture needs while in flight (an estimate: width x height x 3).
+    frame_bytes: int
     deadline: float
     lock: threading.Lock = field(default_factory=threading.Lock)
     abandon: threading.Event = field(default_factory=threading.Event)
     done: bool = False
+    #: Whether frame_bytes is counted in the in-flight budget right now.
+    holding: bool = False
     waiters: list[Future[Mapping[str, Any]]] = field(default_factory=list)
     marks: dict[str, int] = field(default_factory=dict)
     thumbnail: Thumbnail | None = None
@@ -208,7 +211,10 @@ class CameraService:
         self._lock = threading.Lock()
         self._active: dict[str, _Active] = {}
         self._groups: dict[str, _GroupWaiter] = {}
-        self._reserved_bytes = 0
+        # Frame memory of the captures in flight (ACQUIRING to PERSISTING), against
+        # limits.maxInFlightBytes; queued captures hold none and wait for room.
+        self._in_flight_bytes = 0
+        self._budget = threading.Condition(self._lock)
         self._slots = threading.BoundedSemaphore(self.limits.max_concurrent_captures)
         self._busy_slots = 0
         self._stopping = threading.Event()
@@ -275,6 +281,7 @@ class CameraService:
             while self._active and time.monotonic() < deadline:
                 self._idle.wait(max(deadline - time.monotonic(), 0.0))
             self._deadline_ready.notify_all()
+            self._budget.notify_all()
         for camera in self.cameras.values():
             with camera.ready:
                 camera.ready.notify_all()
@@ -335,7 +342,6 @@ class CameraService:
             if self._stopping.is_set():
                 raise CommandError(ErrorCode.COMPONENT_STOPPING, "the component is stopping")
             wanted: dict[str, int] = {}
-            reserve = 0
             for request in requests:
                 camera = self.cameras[request.camera]
                 if not camera.spec.enabled:
@@ -352,19 +358,20 @@ class CameraService:
                         f"camera {request.camera!r} has {len(camera.queue)} captures queued; "
                         f"its capacity is {capacity}",
                     )
-                reserve += self._frame_bytes(camera)
+                need = self._frame_bytes(camera)
+                if self._in_flight_bytes + need > self.limits.max_in_flight_bytes:
+                    raise CommandError(
+                        ErrorCode.RESOURCE_LIMIT,
+                        f"captures in flight hold {self._in_flight_bytes} bytes of frames; "
+                        f"another {need} would pass limits.maxInFlightBytes "
+                        f"({self.limits.max_in_flight_bytes})",
+                    )
             pending = len(self._active) + len(requests)
             if pending > self.limits.max_pending_captures:
                 raise CommandError(
                     ErrorCode.RESOURCE_LIMIT,
                     f"{len(self._active)} captures are pending; limits.maxPendingCaptures is "
                     f"{self.limits.max_pending_captures}",
-                )
-            if self._reserved_bytes + reserve > self.limits.max_in_flight_bytes:
-                raise CommandError(
-                    ErrorCode.RESOURCE_LIMIT,
-                    f"the pending captures' frames would need {self._reserved_bytes + reserve} "
-                    f"bytes; limits.maxInFlightBytes is {self.limits.max_in_flight_bytes}",
                 )
             jobs = [
                 Job(
@@ -397,7 +404,6 @@ class CameraService:
                 camera = self.cameras[job.camera]
                 active = _Active(job, self._frame_bytes(camera), started + job.timeout_ms / 1000)
                 self._active[job.capture_id] = active
-                self._reserved_bytes += active.reserved_bytes
                 heapq.heappush(self._deadlines, (active.deadline, job.capture_id))
                 actives.append(active)
             if group is not None:
@@ -473,7 +479,8 @@ class CameraService:
             if not self._slots.acquire(timeout=max(remaining, 0.0)):
                 continue  # the deadline watchdog fails it
             try:
-                self._process(camera, active)
+                if self._hold_budget(active):
+                    self._process(camera, active)
             except Exception:
                 _log.exception("capture %s failed unexpectedly", active.job.capture_id)
                 self._fail(
@@ -486,6 +493,20 @@ class CameraService:
                 )
             finally:
                 self._slots.release()
+
+    def _hold_budget(self, active: _Active) -> bool:
+        """Waits until the capture's frame fits limits.maxInFlightBytes (or its deadline)."""
+        with self._lock:
+            while self._in_flight_bytes + active.frame_bytes > self.limits.max_in_flight_bytes:
+                remaining = active.deadline - time.monotonic()
+                if active.done or remaining <= 0 or self._stopping.is_set():
+                    return False
+                self._budget.wait(remaining)
+            if active.done:
+                return False
+            self._in_flight_bytes += active.frame_bytes
+            active.holding = True
+            return True
 
     def _advance(self, active: _Active, to: JobState) -> bool:
         with active.lock:
@@ -664,7 +685,11 @@ class CameraService:
         group_done: _GroupWaiter | None = None
         with self._lock:
             self._active.pop(job.capture_id, None)
-            self._reserved_bytes -= active.reserved_bytes
+            if active.holding:
+                self._in_flight_bytes -= active.frame_bytes
+                active.holding = False
+            # Also wakes a capture that waited for room and was cancelled meanwhile.
+            self._budget.notify_all()
             if job.group_id is not None:
                 waiter = self._groups.get(job.group_id)
                 if waiter is not None:
@@ -939,7 +964,7 @@ class CameraService:
         """What is free right now, for sb/queue-status."""
         with self._lock:
             in_flight = sum(a.job.state in IN_FLIGHT for a in self._active.values())
-            reserved = self._reserved_bytes
+            reserved = self._in_flight_bytes
         available = max(self.limits.max_concurrent_captures - in_flight, 0)
         return {
             "availableAcquisitions": available,
