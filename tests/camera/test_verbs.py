@@ -746,3 +746,52 @@ def test_no_lifecycle_events_by_default(rig: Rig) -> None:
     body = rig.call("capture", {"requestId": rid()}, "cam-1")
     rig.announced(body["captureId"])
     assert not [t for t in rig.seen.topics() if "/evt/" in t and "capture-" in t]
+
+
+def test_a_thumbnail_too_big_for_the_message_is_dropped_and_counted(
+    harness: CameraHarness,
+) -> None:
+    rig = harness.start(
+        {
+            "cameras": [sim("noisy", width=1280, height=720, pattern="noise")],
+            "captureProfiles": {"big": {"thumbnail": {"size": "large"}}},
+        }
+    )
+    body = rig.call("capture", {"requestId": rid(), "captureProfile": "big"})
+    _, message = rig.announced(body["captureId"])
+    assert "thumbnail" not in message.body
+    assert message.body == body
+    assert rig.runtime.metrics.counter("captures", "thumbnailsDropped").total == 1
+
+
+def test_a_deferred_capture_without_reply_to_is_reply_required(rig: Rig) -> None:
+    from unskit.envelope import MessageBuilder
+
+    request = MessageBuilder("CommandRequest", "1.0").body({"requestId": rid()}).build()
+    rig.client.messaging.publish(rig.client.topic("capture", "cam-1"), request)
+    replies = rig.runtime.metrics.counter(
+        "commands", "replies", {"verb": "capture", "outcome": "REPLY_REQUIRED"}
+    )
+    wait_until(lambda: replies.total == 1, 10, "the REPLY_REQUIRED outcome")
+    assert rig.call("capture-status", {"states": [s.value for s in JobState]})["jobs"] == []
+
+
+def test_stopping_fails_the_backlog_and_interrupts_what_runs(harness: CameraHarness) -> None:
+    component = {"cameras": [sim("slow", latencyMs=60_000)]}
+    document = harness.document(component)
+    rig = harness.start(component, document)
+    running = rig.call("capture-submit", {"requestId": rid()})
+    wait_state(rig, running["captureId"], "ACQUIRING")
+    queued = rig.call("capture-submit", {"requestId": rid()})
+    harness.stop(rig)
+    rig.announced(queued["captureId"])
+    after = harness.start(component, document)
+    stopped = after.status(queued["captureId"])
+    assert (stopped["state"], stopped["errorCode"]) == ("FAILED", "COMPONENT_STOPPING")
+    assert stopped["result"]["failure"]["stage"] == "queue"
+    interrupted = after.status(running["captureId"])
+    assert (interrupted["state"], interrupted["errorCode"]) == (
+        "INTERRUPTED",
+        "PROCESS_INTERRUPTED",
+    )
+    assert interrupted["result"]["failure"]["stage"] == "acquisition"

@@ -282,6 +282,13 @@ class CameraService:
                 self._idle.wait(max(deadline - time.monotonic(), 0.0))
             self._deadline_ready.notify_all()
             self._budget.notify_all()
+            left = list(self._active.values())
+        # What still runs is left non-terminal in the catalog (INTERRUPTED at the next start);
+        # its worker sees it done and stops touching the catalog.
+        for active in left:
+            with active.lock:
+                active.done = True
+            active.abandon.set()
         for camera in self.cameras.values():
             with camera.ready:
                 camera.ready.notify_all()
@@ -546,7 +553,9 @@ class CameraService:
                 active.thumbnail = thumbnail(acquired.frame, profile.thumbnail_size)
         except ValueError as error:
             self._fail(
-                active, CaptureError(ErrorCode.UNSUPPORTED_PIXEL_FORMAT, "encoding", str(error))
+                active,
+                CaptureError(ErrorCode.UNSUPPORTED_PIXEL_FORMAT, "encoding", str(error)),
+                acquired,
             )
             return
         active.marks["encoded"] = now_ms()
@@ -560,7 +569,7 @@ class CameraService:
                 job.camera, job.capture_id, data, "jpg", sidecar, job.accepted_ms
             )
         except CaptureError as error:
-            self._fail(active, error)
+            self._fail(active, error, acquired)
             return
         failure: CaptureError | None = None
         with active.lock:
@@ -586,7 +595,7 @@ class CameraService:
                     image["metadataSidecarRelativePath"] = staged.sidecar_relative_path
                 self._settle_locked(active, JobState.SUCCEEDED, acquired, image=image)
         if failure is not None:
-            self._fail(active, failure)
+            self._fail(active, failure, acquired)
             return
         self._after_terminal(active)
 
@@ -616,11 +625,11 @@ class CameraService:
 
     # -- terminal transitions ---------------------------------------------------------------
 
-    def _fail(self, active: _Active, error: CaptureError) -> bool:
+    def _fail(self, active: _Active, error: CaptureError, acquired: Acquired | None = None) -> bool:
         with active.lock:
             if active.done:
                 return False
-            self._settle_locked(active, JobState.FAILED, None, failure=error.to_failure())
+            self._settle_locked(active, JobState.FAILED, acquired, failure=error.to_failure())
         self._after_terminal(active)
         return True
 

@@ -30,6 +30,8 @@ class SimBackend:
         self.width = int(connection.get("width", 1280))
         self.height = int(connection.get("height", 720))
         self.pixel_format = str(connection.get("pixelFormat", "bgr8"))
+        # noise: the worst case for JPEG (large files and thumbnails).
+        self.pattern = str(connection.get("pattern", "gradient"))
         self.latency_s = int(connection.get("latencyMs", 0)) / 1000
         self.fail_every = int(connection.get("failEvery", 0))
         self.fail_first = int(connection.get("failFirst", 0))
@@ -61,6 +63,9 @@ class SimBackend:
             green = np.broadcast_to(ys[:, None], (self.height, self.width))
             red = np.full((self.height, self.width), 96, dtype=np.float32)
             image = np.stack([blue, green, red], axis=2).astype(np.uint8)
+            if self.pattern == "noise":
+                rng = np.random.default_rng(self.sessions)
+                image = np.asarray(rng.integers(0, 256, image.shape, dtype=np.uint8), np.uint8)
             if self.pixel_format == "mono8":
                 image = np.asarray(cv2.cvtColor(image, cv2.COLOR_BGR2GRAY), np.uint8)
             self._background = image
