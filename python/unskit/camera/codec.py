@@ -21,6 +21,7 @@ __all__ = [
     "THUMBNAIL_EDGES",
     "Frame",
     "Thumbnail",
+    "decode_image",
     "encode_jpeg",
     "jpeg_dimensions",
     "thumbnail",
@@ -98,12 +99,16 @@ def jpeg_dimensions(data: bytes) -> tuple[int, int] | None:
     return None
 
 
-def decode_jpeg(data: bytes) -> Frame:
-    """A JPEG decoded to a bgr8 frame; ValueError when it does not decode."""
+def decode_image(data: bytes) -> Frame:
+    """An encoded image (JPEG, PNG, BMP, ...) decoded to a bgr8 frame; its sourceEncoding
+    is ``jpeg`` for a JPEG; ValueError when it does not decode."""
     pixels = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
     if pixels is None:
-        raise ValueError("the data is not a decodable JPEG")
-    return Frame(np.ascontiguousarray(pixels, dtype=np.uint8), "bgr8", "jpeg")
+        raise ValueError("the data does not decode as an image")
+    source = "jpeg" if jpeg_dimensions(data) is not None else "other"
+    if data.startswith(b"\x89PNG"):
+        source = "png"
+    return Frame(np.ascontiguousarray(pixels, dtype=np.uint8), "bgr8", source)
 
 
 def thumbnail(frame: Frame, size: str, quality: int = 75) -> Thumbnail:

@@ -42,6 +42,7 @@ class CameraAdapter:
             stamp=runtime.config,
             metrics=runtime.metrics,
             events=runtime.events,
+            secrets=runtime.config.secrets() if runtime.config.credentials is not None else None,
         )
         self.service = service
         service.start()

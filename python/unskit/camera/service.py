@@ -39,6 +39,7 @@ from unskit.camera.jobs import (
 )
 from unskit.camera.storage import Storage
 from unskit.commands.codes import ErrorCode
+from unskit.config.secrets import SecretResolver
 from unskit.envelope import MAX_OPAQUE_BYTES, EnvelopeStamp, MessageBuilder
 from unskit.errors import CaptureError, CommandError, UnskitError
 from unskit.messaging import MessagingClient
@@ -189,7 +190,7 @@ class CameraService:
         stamp: EnvelopeStamp,
         metrics: MetricsRegistry,
         events: Events | None,
-        backend_factory: Callable[[CameraSpec], Backend] | None = None,
+        secrets: SecretResolver | None = None,
     ) -> None:
         self.settings = settings
         self.limits = settings.limits
@@ -204,7 +205,10 @@ class CameraService:
             settings.storage.state_root / "catalog.sqlite3",
             synchronous_full=settings.storage.fsync,
         )
-        factory = backend_factory or (lambda spec: create_backend(spec.backend, spec.connection))
+
+        def factory(spec: CameraSpec) -> Backend:
+            return create_backend(spec.backend, spec.connection, secrets)
+
         self.cameras: dict[str, _Camera] = {}
         for spec in settings.cameras.values():
             self.cameras[spec.instance] = _Camera(spec, factory(spec) if spec.enabled else None)

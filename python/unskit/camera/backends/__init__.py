@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from unskit.camera.codec import Frame
+from unskit.config.secrets import SecretResolver
 
 __all__ = ["Acquired", "Backend", "create_backend"]
 
@@ -50,10 +51,17 @@ class Backend(Protocol):
         ...
 
 
-def create_backend(name: str, connection: Mapping[str, Any]) -> Backend:
-    """The backend `name` over `connection` (credentials already resolved)."""
+def create_backend(
+    name: str, connection: Mapping[str, Any], secrets: SecretResolver | None = None
+) -> Backend:
+    """The backend `name` over `connection`; `$secret` credentials resolve through
+    `secrets` when the backend first connects."""
     if name == "sim":
         from unskit.camera.backends.sim import SimBackend
 
         return SimBackend(connection)
+    if name == "snapshot-uri":
+        from unskit.camera.backends.snapshot import SnapshotBackend
+
+        return SnapshotBackend(connection, secrets)
     raise ValueError(f"backend {name!r} is not available in this build")
