@@ -64,4 +64,8 @@ def create_backend(
         from unskit.camera.backends.snapshot import SnapshotBackend
 
         return SnapshotBackend(connection, secrets)
+    if name == "rtsp-frame":
+        from unskit.camera.backends.rtsp import RtspBackend
+
+        return RtspBackend(connection, secrets)
     raise ValueError(f"backend {name!r} is not available in this build")
