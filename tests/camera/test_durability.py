@@ -121,7 +121,7 @@ def test_sigkill_mid_capture_interrupts_and_retries_are_safe(
             # Each interrupted capture is announced once, as a failure.
             for capture_id in interrupted:
                 wait_until(
-                    lambda c=capture_id: any(  # type: ignore[misc]
+                    lambda c=capture_id: any(
                         t.endswith("/slow/app/image/failed") and m.body["captureId"] == c
                         for t, m in seen.messages
                     ),

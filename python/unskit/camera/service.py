@@ -252,6 +252,10 @@ class CameraService:
         PROCESS_INTERRUPTED, is committed, then announced once."""
         interrupted = []
         for job in self.catalog.in_states(NON_TERMINAL):
+            # An image renamed into place just before the crash has no committed SUCCEEDED:
+            # it is not this capture's outcome, so it goes.
+            if self.storage.remove_outputs(job.camera, job.capture_id, job.accepted_ms):
+                _log.info("removed the uncommitted image of interrupted %s", job.capture_id)
             error = CaptureError(
                 ErrorCode.PROCESS_INTERRUPTED,
                 STAGES[job.state],

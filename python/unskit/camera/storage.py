@@ -83,6 +83,21 @@ class Storage:
         if reason is not None:
             raise CommandError(ErrorCode.STORAGE_PRESSURE, reason)
 
+    def _relative(self, camera: str, capture_id: str, taken_ms: int, extension: str) -> str:
+        day = datetime.fromtimestamp(taken_ms / 1000, timezone.utc).strftime("%Y-%m-%d")
+        return f"{camera}/{day}/{capture_id}.{extension}"
+
+    def remove_outputs(self, camera: str, capture_id: str, taken_ms: int) -> bool:
+        """Removes an image and sidecar a capture may have installed before its terminal
+        state was committed (a crash between rename and commit); whether any existed."""
+        found = False
+        for extension in ("jpg", "json"):
+            path = self.root / self._relative(camera, capture_id, taken_ms, extension)
+            if path.exists():
+                path.unlink()
+                found = True
+        return found
+
     def stage(
         self,
         camera: str,
@@ -93,15 +108,14 @@ class Storage:
         taken_ms: int,
     ) -> Staged:
         """Writes the image (hashed as it is written) and the sidecar to temporary names."""
-        day = datetime.fromtimestamp(taken_ms / 1000, timezone.utc).strftime("%Y-%m-%d")
-        relative = f"{camera}/{day}/{capture_id}.{extension}"
+        relative = self._relative(camera, capture_id, taken_ms, extension)
         image_temp = self.partial / f"{capture_id}.{extension}"
         try:
             sha256 = write_hashed(image_temp, data, self.spec.fsync)
             sidecar_temp = sidecar_path = None
             sidecar_relative = None
             if sidecar is not None:
-                sidecar_relative = f"{camera}/{day}/{capture_id}.json"
+                sidecar_relative = self._relative(camera, capture_id, taken_ms, "json")
                 sidecar_temp = self.partial / f"{capture_id}.json"
                 sidecar_path = self.root / sidecar_relative
                 sidecar["image"]["sha256"] = sha256
