@@ -168,6 +168,9 @@ def test_a_full_disk_refuses_new_work_and_keeps_what_was_committed(
     group = {"requestId": "after-3", "instances": ["cam-1", "cam-2"]}
     assert full.error("capture-group", group) == "STORAGE_PRESSURE"
     assert full.call("capture-status", {"states": ["ACCEPTED", "QUEUED"]})["jobs"] == []
+    alarm = full.runtime.topics.topic("evt", "error", "storage-low")
+    wait_until(lambda: full.seen.on(alarm), 10, "the storage-low alarm")
+    assert full.seen.on(alarm)[0].body["context"]["reason"].startswith("the output root")
     status = full.status(kept["captureId"])
     assert status["state"] == "SUCCEEDED"
     assert status["result"] == kept
@@ -183,6 +186,7 @@ def test_a_full_disk_refuses_new_work_and_keeps_what_was_committed(
     document["component"]["storage"]["stateMinFreeBytes"] = 0
     recovered = harness.start(component, document)
     assert "image" in recovered.call("capture", {"requestId": "after"}, "cam-1")
+    assert not recovered.runtime.events.is_raised("storage-low")
 
 
 def test_an_unreadable_output_root_is_storage_pressure(
@@ -196,6 +200,13 @@ def test_an_unreadable_output_root_is_storage_pressure(
     images.rename(moved)
     try:
         assert rig.error("capture", {"requestId": "x"}) == "STORAGE_PRESSURE"
+        assert rig.runtime.events is not None
+        assert rig.runtime.events.is_raised("storage-low")
     finally:
         moved.rename(images)
     assert "image" in rig.call("capture", {"requestId": "x"})
+    # Room again: the alarm clears (and the clear is published).
+    assert not rig.runtime.events.is_raised("storage-low")
+    alarm = rig.runtime.topics.topic("evt", "error", "storage-low")
+    wait_until(lambda: len(rig.seen.on(alarm)) == 2, 10, "the raise and the clear")
+    assert [m.body["state"] for m in rig.seen.on(alarm)] == ["raised", "cleared"]

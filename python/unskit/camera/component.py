@@ -43,6 +43,7 @@ class CameraAdapter:
             metrics=runtime.metrics,
             events=runtime.events,
             secrets=runtime.config.secrets() if runtime.config.credentials is not None else None,
+            ipc=runtime.config.messaging.ipc,
         )
         self.service = service
         service.start()

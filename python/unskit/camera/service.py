@@ -191,6 +191,7 @@ class CameraService:
         metrics: MetricsRegistry,
         events: Events | None,
         secrets: SecretResolver | None = None,
+        ipc: bool = False,
     ) -> None:
         self.settings = settings
         self.limits = settings.limits
@@ -199,6 +200,8 @@ class CameraService:
         self._stamp = stamp
         self._metrics = metrics
         self._events = events if settings.capture_lifecycle_events else None
+        self._alarms = events
+        self._ipc = ipc
         self.storage = Storage(settings.storage)
         self.storage.prepare()
         self.catalog = Catalog(
@@ -351,7 +354,7 @@ class CameraService:
     ) -> list[Job]:
         """Admits all `requests` or none: committed ACCEPTED, then QUEUED on their
         dispatchers. Raises the refusal (PAUSED, QUEUE_FULL, RESOURCE_LIMIT, ...)."""
-        self.storage.check_pressure()
+        self._check_storage()
         accepted_ms = now_ms()
         with self._lock:
             if self._stopping.is_set():
@@ -427,6 +430,21 @@ class CameraService:
         for active in actives:
             self._enqueue(active)
         return jobs
+
+    def _check_storage(self) -> None:
+        """STORAGE_PRESSURE while a root is below its floor; raises and clears the
+        storage-low alarm as the answer changes."""
+        reason = self.storage.pressure()
+        if self._alarms is not None:
+            try:
+                if reason is not None:
+                    self._alarms.raise_alarm("storage-low", {"reason": reason})
+                else:
+                    self._alarms.clear_alarm("storage-low")
+            except UnskitError as error:
+                _log.warning("storage-low alarm not published: %s", error)
+        if reason is not None:
+            raise CommandError(ErrorCode.STORAGE_PRESSURE, reason)
 
     def _enqueue(self, active: _Active) -> None:
         camera = self.cameras[active.job.camera]
@@ -558,7 +576,9 @@ class CameraService:
             else:
                 data = encode_jpeg(acquired.frame, profile.quality)
             if profile.thumbnail_size is not None:
-                active.thumbnail = thumbnail(acquired.frame, profile.thumbnail_size)
+                # The edge-runtime IPC bus carries only the small size.
+                size = "small" if self._ipc else profile.thumbnail_size
+                active.thumbnail = thumbnail(acquired.frame, size)
         except ValueError as error:
             self._fail(
                 active,

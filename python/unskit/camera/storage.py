@@ -18,7 +18,7 @@ from typing import Any
 from unskit.camera.codec import write_hashed
 from unskit.camera.config import StorageSpec
 from unskit.commands.codes import ErrorCode
-from unskit.errors import CaptureError, CommandError
+from unskit.errors import CaptureError
 
 __all__ = ["PARTIAL_DIR", "Staged", "Storage"]
 
@@ -76,12 +76,6 @@ class Storage:
             if free < floor:
                 return f"the {label} {root} has {free} bytes free, below its floor of {floor}"
         return None
-
-    def check_pressure(self) -> None:
-        """Raises STORAGE_PRESSURE while a root is below its free-space floor."""
-        reason = self.pressure()
-        if reason is not None:
-            raise CommandError(ErrorCode.STORAGE_PRESSURE, reason)
 
     def _relative(self, camera: str, capture_id: str, taken_ms: int, extension: str) -> str:
         day = datetime.fromtimestamp(taken_ms / 1000, timezone.utc).strftime("%Y-%m-%d")
