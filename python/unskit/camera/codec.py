@@ -46,10 +46,12 @@ class Frame:
 
     @property
     def width(self) -> int:
+        """Pixels per row."""
         return int(self.pixels.shape[1])
 
     @property
     def height(self) -> int:
+        """Rows."""
         return int(self.pixels.shape[0])
 
 
@@ -100,8 +102,7 @@ def jpeg_dimensions(data: bytes) -> tuple[int, int] | None:
 
 
 def decode_image(data: bytes) -> Frame:
-    """An encoded image (JPEG, PNG, BMP, ...) decoded to a bgr8 frame; its sourceEncoding
-    is ``jpeg`` for a JPEG; ValueError when it does not decode."""
+    """An encoded image (JPEG, PNG, BMP, ...) as a bgr8 frame; ValueError if it won't decode."""
     pixels = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
     if pixels is None:
         raise ValueError("the data does not decode as an image")
@@ -128,8 +129,7 @@ def thumbnail(frame: Frame, size: str, quality: int = 75) -> Thumbnail:
 
 
 def write_hashed(path: Path, data: bytes, fsync: bool) -> str:
-    """Writes `data` to a new file at `path` (never an existing one) and returns its SHA-256
-    hex digest, computed in the same pass; fsyncs the file when asked."""
+    """Writes `data` to a new file and returns its SHA-256 hex digest, taken in the same pass."""
     digest = hashlib.sha256()
     view = memoryview(data)
     with open(path, "xb") as handle:

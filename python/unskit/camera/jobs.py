@@ -95,6 +95,7 @@ class Job:
 
     @property
     def terminal(self) -> bool:
+        """SUCCEEDED, FAILED, CANCELLED or INTERRUPTED."""
         return self.state in TERMINAL
 
     def status_body(self) -> dict[str, Any]:

@@ -47,7 +47,7 @@ from unskit.runtime.events import Events
 from unskit.runtime.metrics import MetricsRegistry
 from unskit.topics import TopicScope
 
-__all__ = ["CameraService", "CaptureRequest", "group_state"]
+__all__ = ["CameraService", "CameraState", "CaptureRequest", "group_state"]
 
 _log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class _GroupWaiter:
     waiters: list[Future[Mapping[str, Any]]] = field(default_factory=list)
 
 
-class _Camera:
+class CameraState:
     """A configured camera at run time: its backend, pause flag and dispatcher queue."""
 
     def __init__(self, spec: CameraSpec, backend: Backend | None) -> None:
@@ -126,11 +126,13 @@ class _Camera:
 
     @property
     def state(self) -> str:
+        """ONLINE, DEGRADED (the last capture failed in the camera) or DISABLED."""
         if not self.spec.enabled:
             return "DISABLED"
         return "ONLINE" if self.last_error is None else "DEGRADED"
 
     def capabilities(self) -> dict[str, Any]:
+        """The backend's capabilities (a disabled camera's are derived from its backend)."""
         if self.backend is not None:
             return self.backend.capabilities()
         mode = BACKEND_MODES[self.spec.backend]
@@ -145,6 +147,7 @@ class _Camera:
         }
 
     def snapshot(self, full: bool = True) -> dict[str, Any]:
+        """The camera snapshot of sb/list and sb/status (compact: four fields)."""
         compact: dict[str, Any] = {
             "instance": self.spec.instance,
             "enabled": self.spec.enabled,
@@ -167,8 +170,7 @@ class _Camera:
 
 
 def group_state(members: Sequence[Job]) -> str:
-    """COMPLETED, PARTIAL or FAILED once every member is terminal; before that the least
-    advanced member's JobState."""
+    """COMPLETED, PARTIAL or FAILED once all members are terminal, else the laggard's state."""
     live = [job.state for job in members if not job.terminal]
     if live:
         return min(live, key=PROGRESS.index).value
@@ -212,9 +214,9 @@ class CameraService:
         def factory(spec: CameraSpec) -> Backend:
             return create_backend(spec.backend, spec.connection, secrets)
 
-        self.cameras: dict[str, _Camera] = {}
+        self.cameras: dict[str, CameraState] = {}
         for spec in settings.cameras.values():
-            self.cameras[spec.instance] = _Camera(spec, factory(spec) if spec.enabled else None)
+            self.cameras[spec.instance] = CameraState(spec, factory(spec) if spec.enabled else None)
         self._lock = threading.Lock()
         self._active: dict[str, _Active] = {}
         self._groups: dict[str, _GroupWaiter] = {}
@@ -251,8 +253,7 @@ class CameraService:
         return thread
 
     def recover(self) -> list[Job]:
-        """Every job a previous run left non-terminal becomes INTERRUPTED with failure code
-        PROCESS_INTERRUPTED, is committed, then announced once."""
+        """Commits every job a previous run left non-terminal as INTERRUPTED, then announces it."""
         interrupted = []
         for job in self.catalog.in_states(NON_TERMINAL):
             # An image renamed into place just before the crash has no committed SUCCEEDED:
@@ -277,8 +278,8 @@ class CameraService:
         return interrupted
 
     def drain(self) -> None:
-        """Refuses new work, fails the backlog with COMPONENT_STOPPING, gives in-flight
-        captures a moment to finish; what is still running becomes INTERRUPTED at restart."""
+        """Fails the backlog with COMPONENT_STOPPING and lets in-flight captures finish."""
+        # What still runs after DRAIN_WAIT_S becomes INTERRUPTED at the next start.
         self._stopping.set()
         with self._lock:
             backlog = [a for a in self._active.values() if a.job.state in BACKLOG]
@@ -309,18 +310,19 @@ class CameraService:
 
     @property
     def stopping(self) -> bool:
+        """True once drain has begun."""
         return self._stopping.is_set()
 
     # -- admission --------------------------------------------------------------------------
 
-    def camera(self, instance: str) -> _Camera:
+    def camera(self, instance: str) -> CameraState:
         """A configured camera; NO_SUCH_INSTANCE otherwise."""
         camera = self.cameras.get(instance)
         if camera is None:
             raise CommandError(ErrorCode.NO_SUCH_INSTANCE, f"no camera named {instance!r}")
         return camera
 
-    def profile(self, camera: _Camera, name: str | None) -> ProfileSpec:
+    def profile(self, camera: CameraState, name: str | None) -> ProfileSpec:
         """The named profile (the camera's default when None); UNKNOWN_CAPTURE_PROFILE."""
         name = name or camera.spec.default_capture_profile
         profile = self.settings.profiles.get(name)
@@ -343,7 +345,7 @@ class CameraService:
             return requested
         return profile.timeout_ms or self.settings.job_terminal_ms
 
-    def _frame_bytes(self, camera: _Camera) -> int:
+    def _frame_bytes(self, camera: CameraState) -> int:
         connection = camera.spec.connection
         width = int(connection.get("width", 1920))
         height = int(connection.get("height", 1080))
@@ -352,8 +354,7 @@ class CameraService:
     def submit(
         self, requests: Sequence[CaptureRequest], group: GroupRecord | None = None
     ) -> list[Job]:
-        """Admits all `requests` or none: committed ACCEPTED, then QUEUED on their
-        dispatchers. Raises the refusal (PAUSED, QUEUE_FULL, RESOURCE_LIMIT, ...)."""
+        """Admits all `requests` or none (ACCEPTED, then QUEUED), or raises the refusal."""
         self._check_storage()
         accepted_ms = now_ms()
         with self._lock:
@@ -498,7 +499,7 @@ class CameraService:
 
     # -- the pipeline -----------------------------------------------------------------------
 
-    def _dispatch(self, camera: _Camera) -> None:
+    def _dispatch(self, camera: CameraState) -> None:
         while True:
             with camera.ready:
                 while not camera.queue and not self._stopping.is_set():
@@ -549,7 +550,7 @@ class CameraService:
             active.job.state = to
             return True
 
-    def _process(self, camera: _Camera, active: _Active) -> None:
+    def _process(self, camera: CameraState, active: _Active) -> None:
         job = active.job
         assert camera.backend is not None
         profile = self.settings.profiles[job.profile]
@@ -948,7 +949,9 @@ class CameraService:
                 (start + following * schedule.interval_ms / 1000, index, instance, following),
             )
 
-    def _fire(self, camera: _Camera, schedule_id: str, profile_name: str | None, at: int) -> None:
+    def _fire(
+        self, camera: CameraState, schedule_id: str, profile_name: str | None, at: int
+    ) -> None:
         instance = camera.spec.instance
         if camera.paused:
             self._metrics.counter("schedules", "held", {"camera": instance}).inc()

@@ -82,8 +82,8 @@ class Storage:
         return f"{camera}/{day}/{capture_id}.{extension}"
 
     def remove_outputs(self, camera: str, capture_id: str, taken_ms: int) -> bool:
-        """Removes an image and sidecar a capture may have installed before its terminal
-        state was committed (a crash between rename and commit); whether any existed."""
+        """Removes what a capture installed without a committed SUCCEEDED; whether any was."""
+        # A crash between the rename and the catalog commit leaves such files.
         found = False
         for extension in ("jpg", "json"):
             path = self.root / self._relative(camera, capture_id, taken_ms, extension)
@@ -132,8 +132,8 @@ class Storage:
         )
 
     def install(self, staged: Staged) -> None:
-        """Renames the sidecar, then the image, into place (the image last: once it exists,
-        its sidecar does too)."""
+        """Renames the sidecar, then the image, into place."""
+        # The image last: once it exists, its sidecar does too.
         folder = staged.image_path.parent
         try:
             folder.mkdir(parents=True, exist_ok=True)

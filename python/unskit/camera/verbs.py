@@ -10,7 +10,7 @@ from typing import Any
 
 from unskit.camera.catalog import GroupRecord
 from unskit.camera.jobs import BACKLOG, IN_FLIGHT, Job, JobState, new_id, now_ms, rfc3339
-from unskit.camera.service import CameraService, CaptureRequest, _Camera, group_state
+from unskit.camera.service import CameraService, CameraState, CaptureRequest, group_state
 from unskit.commands import (
     CURSOR,
     ID,
@@ -214,7 +214,7 @@ class CameraVerbs:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _enabled_camera(self, instance: str | None) -> _Camera:
+    def _enabled_camera(self, instance: str | None) -> CameraState:
         assert instance is not None
         camera = self.service.camera(instance)
         if not camera.spec.enabled:
@@ -496,7 +496,7 @@ class CameraVerbs:
         return {"cameras": items, "unconfigured": [], "nextCursor": cursor}
 
     def _status(self, context: CommandContext) -> Mapping[str, Any]:
-        def snapshot(camera: _Camera) -> dict[str, Any]:
+        def snapshot(camera: CameraState) -> dict[str, Any]:
             return {**camera.snapshot(True), "paused": camera.paused}
 
         if context.instance is not None:

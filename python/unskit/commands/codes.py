@@ -63,9 +63,9 @@ RETRYABLE_CODES = frozenset(
 
 
 def failure_code(body: Mapping[str, Any]) -> str | None:
-    """The errorCode of a failure reply, None for a success body. A success body may carry
-    errorCode fields of its own (sb/capture-status's job body), so a failure is a body with
-    a non-null errorCode and nothing beside errorCode and errorMessage."""
+    """The errorCode of a failure reply, None for a success body."""
+    # A success body may carry errorCode fields of its own (sb/capture-status's job body),
+    # so a failure is a non-null errorCode with nothing beside errorCode and errorMessage.
     code = body.get("errorCode")
     if code is None or not set(body) <= FAILURE_FIELDS:
         return None

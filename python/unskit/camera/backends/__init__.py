@@ -54,8 +54,7 @@ class Backend(Protocol):
 def create_backend(
     name: str, connection: Mapping[str, Any], secrets: SecretResolver | None = None
 ) -> Backend:
-    """The backend `name` over `connection`; `$secret` credentials resolve through
-    `secrets` when the backend first connects."""
+    """The backend `name` over `connection`; `$secret` credentials resolve on first connect."""
     if name == "sim":
         from unskit.camera.backends.sim import SimBackend
 
