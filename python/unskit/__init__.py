@@ -20,6 +20,7 @@ from unskit.envelope import (
     MessageBuilder,
 )
 from unskit.errors import (
+    CaptureError,
     CipError,
     CommandError,
     ConfigError,
@@ -94,6 +95,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "MAX_OPAQUE_BYTES",
+    "CaptureError",
     "CipError",
     "CommandClient",
     "CommandContext",

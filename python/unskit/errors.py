@@ -21,8 +21,10 @@
     │                 `CommandClient.call` when the reply is a failure
     ├── SignalError (also ValueError): a scaling or deadband setting, or a batch of samples,
     │                                  the signal kernels cannot use
-    └── CipError (also ValueError): a CIP datagram or assembly value that cannot be built,
+    ├── CipError (also ValueError): a CIP datagram or assembly value that cannot be built,
                                     or an assembly plan that cannot be compiled
+    └── CaptureError: a camera capture stage that failed (backend, encoding, persistence);
+                      carries the failure body's code, stage and retriable flag
 
 The Rust core's errors are mapped to these classes in ``rust/unskit-py/src/errors.rs``.
 """
@@ -33,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = [
+    "CaptureError",
     "CipError",
     "CommandError",
     "ConfigError",
@@ -137,3 +140,23 @@ class SignalError(UnskitError, ValueError):
 
 class CipError(UnskitError, ValueError):
     """A CIP datagram or assembly value that cannot be built, or a plan that cannot compile."""
+
+
+class CaptureError(UnskitError):
+    """A capture that failed in one stage; becomes the terminal body's ``failure`` block."""
+
+    def __init__(self, code: str, stage: str, message: str, *, retriable: bool = True) -> None:
+        self.code = str(code)
+        self.stage = stage
+        self.message = message
+        self.retriable = retriable
+        super().__init__(f"{self.code} in {stage}: {message}")
+
+    def to_failure(self) -> dict[str, object]:
+        """The terminal body's failure block: code, stage, retriable, message."""
+        return {
+            "code": self.code,
+            "stage": self.stage,
+            "retriable": self.retriable,
+            "message": self.message,
+        }

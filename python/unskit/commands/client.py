@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, TextIO
 
+from unskit.commands.codes import failure_code
 from unskit.config.loader import ConfigLoader, add_config_arguments
 from unskit.config.model import DEFAULT_TOPIC_ROOT
 from unskit.envelope import Message, MessageBuilder
@@ -35,8 +36,9 @@ def reply_body(reply: Message) -> dict[str, Any]:
     body = reply.body
     if not isinstance(body, dict):
         raise CommandError("BAD_REPLY", f"the reply body is not an object: {body!r}")
-    if "errorCode" in body:
-        raise CommandError(str(body["errorCode"]), str(body.get("errorMessage", "")))
+    code = failure_code(body)
+    if code is not None:
+        raise CommandError(code, str(body.get("errorMessage", "")))
     return body
 
 

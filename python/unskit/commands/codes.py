@@ -3,9 +3,14 @@ camera-specific ones of the specification, in one enum every verb uses."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
+from typing import Any
 
-__all__ = ["RETRYABLE_CODES", "ErrorCode"]
+__all__ = ["FAILURE_FIELDS", "RETRYABLE_CODES", "ErrorCode", "failure_code"]
+
+#: A failure reply holds exactly these fields.
+FAILURE_FIELDS = frozenset({"errorCode", "errorMessage"})
 
 
 class ErrorCode(str, Enum):
@@ -55,3 +60,13 @@ RETRYABLE_CODES = frozenset(
         ErrorCode.CAMERA_MOVING,
     }
 )
+
+
+def failure_code(body: Mapping[str, Any]) -> str | None:
+    """The errorCode of a failure reply, None for a success body."""
+    # A success body may carry errorCode fields of its own (sb/capture-status's job body),
+    # so a failure is a non-null errorCode with nothing beside errorCode and errorMessage.
+    code = body.get("errorCode")
+    if code is None or not set(body) <= FAILURE_FIELDS:
+        return None
+    return str(code)

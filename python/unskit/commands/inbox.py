@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from unskit.commands.codes import RETRYABLE_CODES, ErrorCode
+from unskit.commands.codes import RETRYABLE_CODES, ErrorCode, failure_code
 from unskit.commands.fields import (
     CURSOR,
     DEFAULT_LIMIT,
@@ -241,7 +241,9 @@ class CommandInbox:
             raise CommandError(
                 ErrorCode.REPLY_REQUIRED, f"{verb.full_name} holds its reply: send a reply_to"
             )
-        if request_id is None:
+        # A read-only verb may look things up by requestId (sb/capture-status): that field
+        # is an argument there, not an idempotency key.
+        if request_id is None or verb.request_id is RequestIdRule.NONE:
             return self._run(verb, context, held, key=None)
         # One namespace per component and scope for every verb: the verb is part of the
         # hashed arguments, so a requestId reused for another verb conflicts.
@@ -339,7 +341,7 @@ class CommandInbox:
 
     def _settle(self, key: IdempotencyKey | None, outcome: Mapping[str, Any]) -> Mapping[str, Any]:
         if key is not None:
-            if outcome.get("errorCode") in RETRYABLE_CODES:
+            if failure_code(outcome) in RETRYABLE_CODES:
                 self._store.forget(key, outcome)
             else:
                 self._store.complete(key, outcome)
@@ -370,7 +372,7 @@ class CommandInbox:
                 return
             held.answered = True
             self._held.discard(held)
-            code = outcome.get("errorCode")
+            code = failure_code(outcome)
             if code is None:
                 self.stats.succeeded += 1
             else:

@@ -1,0 +1,70 @@
+"""Camera backends: each acquires one frame (or an encoded image) on demand."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from unskit.camera.codec import Frame
+from unskit.config.secrets import SecretResolver
+
+__all__ = ["Acquired", "Backend", "create_backend"]
+
+
+@dataclass(frozen=True)
+class Acquired:
+    """What a backend returns: a decoded frame, and the camera's own encoding when it sent
+    one (stored as received when the profile allows)."""
+
+    frame: Frame
+    encoded: bytes | None = None
+    #: Epoch ms the camera stamped the frame with, or None when it stamps nothing.
+    camera_frame_at_ms: int | None = None
+    frame_received_at_ms: int = 0
+    backend_metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    """A camera's connection."""
+
+    #: The backend name of the configuration (sim, snapshot-uri, rtsp-frame).
+    name: str
+    #: The captureMode its frames are reported with.
+    capture_mode: str
+
+    def capabilities(self) -> dict[str, Any]:
+        """captureModes, ptz, presets, presetMutation, vendor, model, warnings."""
+        ...
+
+    def grab(self, deadline: float, abandon: threading.Event) -> Acquired:
+        """One fresh frame before the monotonic `deadline`; raises CaptureError."""
+        ...
+
+    def reconnect(self) -> None:
+        """Drops the live session (the next grab opens a new one)."""
+        ...
+
+    def close(self) -> None:
+        """Releases the connection."""
+        ...
+
+
+def create_backend(
+    name: str, connection: Mapping[str, Any], secrets: SecretResolver | None = None
+) -> Backend:
+    """The backend `name` over `connection`; `$secret` credentials resolve on first connect."""
+    if name == "sim":
+        from unskit.camera.backends.sim import SimBackend
+
+        return SimBackend(connection)
+    if name == "snapshot-uri":
+        from unskit.camera.backends.snapshot import SnapshotBackend
+
+        return SnapshotBackend(connection, secrets)
+    if name == "rtsp-frame":
+        from unskit.camera.backends.rtsp import RtspBackend
+
+        return RtspBackend(connection, secrets)
+    raise ValueError(f"backend {name!r} is not available in this build")

@@ -1,0 +1,125 @@
+"""The `sim` backend: synthetic frames of a configured size with a visible counter and
+timestamp drawn into the pixels, a configurable latency and injected failures."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+import cv2
+import numpy as np
+
+from unskit.camera.backends import Acquired
+from unskit.camera.codec import Frame
+from unskit.commands.codes import ErrorCode
+from unskit.errors import CaptureError
+
+__all__ = ["SimBackend"]
+
+
+class SimBackend:
+    """Frames from nowhere; `failEvery` N fails every Nth grab, `failFirst` N the first N."""
+
+    name = "sim"
+    capture_mode = "simulated"
+
+    def __init__(self, connection: Mapping[str, Any]) -> None:
+        self.width = int(connection.get("width", 1280))
+        self.height = int(connection.get("height", 720))
+        self.pixel_format = str(connection.get("pixelFormat", "bgr8"))
+        # noise: the worst case for JPEG (large files and thumbnails).
+        self.pattern = str(connection.get("pattern", "gradient"))
+        self.latency_s = int(connection.get("latencyMs", 0)) / 1000
+        self.fail_every = int(connection.get("failEvery", 0))
+        self.fail_first = int(connection.get("failFirst", 0))
+        self.vendor = str(connection.get("vendor", "unskit"))
+        self.model = str(connection.get("model", "sim"))
+        self._lock = threading.Lock()
+        self._grabs = 0
+        self.sessions = 0
+        self._background: np.ndarray[Any, np.dtype[np.uint8]] | None = None
+
+    def capabilities(self) -> dict[str, Any]:
+        """A sim camera captures simulated frames only; no PTZ."""
+        return {
+            "captureModes": ["simulated"],
+            "ptz": False,
+            "presets": False,
+            "presetMutation": False,
+            "vendor": self.vendor,
+            "model": self.model,
+            "warnings": [],
+        }
+
+    def _open(self) -> np.ndarray[Any, np.dtype[np.uint8]]:
+        # A gradient drawn once per session; each grab copies it and draws its counter.
+        if self._background is None:
+            xs = np.linspace(0, 255, self.width, dtype=np.float32)
+            ys = np.linspace(0, 255, self.height, dtype=np.float32)
+            blue = np.broadcast_to(xs[None, :], (self.height, self.width))
+            green = np.broadcast_to(ys[:, None], (self.height, self.width))
+            red = np.full((self.height, self.width), 96, dtype=np.float32)
+            image = np.stack([blue, green, red], axis=2).astype(np.uint8)
+            if self.pattern == "noise":
+                rng = np.random.default_rng(self.sessions)
+                image = np.asarray(rng.integers(0, 256, image.shape, dtype=np.uint8), np.uint8)
+            if self.pixel_format == "mono8":
+                image = np.asarray(cv2.cvtColor(image, cv2.COLOR_BGR2GRAY), np.uint8)
+            self._background = image
+            self.sessions += 1
+        return self._background
+
+    def grab(self, deadline: float, abandon: threading.Event) -> Acquired:
+        """Waits the configured latency (CAPTURE_TIMEOUT past the deadline), then draws."""
+        with self._lock:
+            self._grabs += 1
+            count = self._grabs
+            background = self._open()
+        if self.latency_s > 0:
+            remaining = deadline - time.monotonic()
+            if abandon.wait(min(self.latency_s, max(remaining, 0.0))) or (
+                self.latency_s > remaining
+            ):
+                raise CaptureError(
+                    ErrorCode.CAPTURE_TIMEOUT,
+                    "acquisition",
+                    f"the sim camera's latency of {self.latency_s * 1000:.0f} ms "
+                    "outlasted the capture timeout",
+                )
+        if count <= self.fail_first or (self.fail_every and count % self.fail_every == 0):
+            raise CaptureError(
+                ErrorCode.BACKEND_ERROR, "acquisition", f"injected failure of grab {count}"
+            )
+        now = time.time()
+        pixels = background.copy()
+        stamp = datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="milliseconds")
+        scale = max(self.height / 360, 0.5)
+        thickness = max(int(scale * 2), 1)
+        colour = 255 if self.pixel_format == "mono8" else (255, 255, 255)
+        cv2.putText(
+            pixels, f"#{count}", (int(20 * scale), int(60 * scale)),
+            cv2.FONT_HERSHEY_SIMPLEX, 1.6 * scale, colour, thickness, cv2.LINE_AA,
+        )  # fmt: skip
+        cv2.putText(
+            pixels, stamp, (int(20 * scale), int(110 * scale)),
+            cv2.FONT_HERSHEY_SIMPLEX, 0.8 * scale, colour, thickness, cv2.LINE_AA,
+        )  # fmt: skip
+        now_ms = int(now * 1000)
+        return Acquired(
+            frame=Frame(pixels, self.pixel_format, "raw"),
+            camera_frame_at_ms=now_ms,
+            frame_received_at_ms=now_ms,
+            backend_metadata={"frameCounter": count},
+        )
+
+    def reconnect(self) -> None:
+        """Forgets the session; the next grab opens a new one."""
+        with self._lock:
+            self._background = None
+
+    def close(self) -> None:
+        """Nothing to release."""
+        self.reconnect()

@@ -1,0 +1,59 @@
+"""`unskit run camera-adapter`: still-image captures on command or schedule."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from unskit.camera.config import TOKEN, component_schema, configuration_issues, parse_settings
+from unskit.camera.service import CameraService
+from unskit.camera.verbs import CameraVerbs
+from unskit.config.model import ComponentConfig
+from unskit.errors import ConfigIssue
+from unskit.runtime.component import Runtime
+
+__all__ = ["CameraAdapter"]
+
+_log = logging.getLogger(__name__)
+
+
+class CameraAdapter:
+    """The camera adapter: a CameraService behind the cmd/sb verbs."""
+
+    token: ClassVar[str] = TOKEN
+    schema: ClassVar[Mapping[str, Any] | None] = component_schema()
+
+    def __init__(self) -> None:
+        self.service: CameraService | None = None
+
+    @classmethod
+    def configuration_issues(cls, config: ComponentConfig) -> list[ConfigIssue]:
+        """Rules of the section its schema cannot say."""
+        return configuration_issues(config)
+
+    def start(self, runtime: Runtime) -> None:
+        """Recovers the catalog, starts the dispatchers and registers the verbs."""
+        settings = parse_settings(runtime.config)
+        service = CameraService(
+            settings,
+            messaging=runtime.get_messaging(),
+            topics=runtime.topics,
+            stamp=runtime.config,
+            metrics=runtime.metrics,
+            events=runtime.events,
+            secrets=runtime.config.secrets() if runtime.config.credentials is not None else None,
+            ipc=runtime.config.messaging.ipc,
+        )
+        self.service = service
+        service.start()
+        inbox = runtime.command_inbox(lambda: tuple(service.cameras))
+        for verb in CameraVerbs(service).verbs():
+            inbox.register(verb)
+        runtime.set_ready(True)
+        _log.info("%d cameras; images under %s", len(service.cameras), settings.storage.output_root)
+
+    def drain(self) -> None:
+        """Fails the backlog with COMPONENT_STOPPING and lets in-flight captures finish."""
+        if self.service is not None:
+            self.service.drain()

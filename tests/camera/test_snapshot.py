@@ -1,0 +1,233 @@
+"""The snapshot-uri backend against an HTTP server this test starts: basic and digest
+authentication with `$secret` credentials, stored as received or re-encoded, and the
+failures an HTTP camera can cause."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+
+from tests.camera.conftest import CameraHarness, Rig
+from tests.support.servers import free_port
+from unskit.camera.codec import jpeg_dimensions
+from unskit.config.vault import Vault, VaultKey
+
+USER, PASSWORD = "viewer", "s3cret-pw"
+REALM = "camera"
+
+
+def _image(kind: str) -> bytes:
+    rng = np.random.default_rng(3)
+    pixels = rng.integers(0, 255, (120, 160, 3), dtype=np.uint8)
+    ok, encoded = cv2.imencode(kind, pixels)
+    assert ok
+    return bytes(encoded.tobytes())
+
+
+JPEG = _image(".jpg")
+PNG = _image(".png")
+
+
+class Camera:
+    """An HTTP camera: /basic.jpg, /digest.jpg, /open.png, /slow.jpg, /broken.jpg."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.nonce = secrets.token_hex(8)
+        self.requests = 0
+        camera = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                camera.requests += 1
+                if self.path == "/basic.jpg" and not camera.basic_ok(self):
+                    return self.challenge(f'Basic realm="{REALM}"')
+                if self.path == "/digest.jpg" and not camera.digest_ok(self):
+                    return self.challenge(
+                        f'Digest realm="{REALM}", nonce="{camera.nonce}", qop="auth", algorithm=MD5'
+                    )
+                if self.path == "/slow.jpg":
+                    camera.release.wait(30)
+                if self.path == "/broken.jpg":
+                    return self.send(b"this is not an image", "image/jpeg")
+                if self.path == "/open.png":
+                    return self.send(PNG, "image/png")
+                if self.path in ("/basic.jpg", "/digest.jpg", "/slow.jpg"):
+                    return self.send(JPEG, "image/jpeg")
+                self.send_error(404)
+
+            def challenge(self, header: str) -> None:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", header)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def send(self, data: bytes, content_type: str) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.port = free_port()
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def basic_ok(self, handler: BaseHTTPRequestHandler) -> bool:
+        import base64
+
+        expected = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+        return handler.headers.get("Authorization") == f"Basic {expected}"
+
+    def digest_ok(self, handler: BaseHTTPRequestHandler) -> bool:
+        header = handler.headers.get("Authorization", "")
+        if not header.startswith("Digest "):
+            return False
+        fields: dict[str, str] = {}
+        for part in header[7:].split(","):
+            key, _, value = part.strip().partition("=")
+            fields[key] = value.strip('"')
+
+        def md5(text: str) -> str:
+            return hashlib.md5(text.encode()).hexdigest()
+
+        ha1 = md5(f"{USER}:{REALM}:{PASSWORD}")
+        ha2 = md5(f"GET:{fields.get('uri', '')}")
+        expected = md5(f"{ha1}:{self.nonce}:{fields.get('nc')}:{fields.get('cnonce')}:auth:{ha2}")
+        return fields.get("username") == USER and fields.get("response") == expected
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def start(self) -> Camera:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def camera() -> Iterator[Camera]:
+    server = Camera().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def rig(harness: CameraHarness, camera: Camera, tmp_path: Path) -> Rig:
+    key = VaultKey.generate()
+    key_file = tmp_path / "vault.key"
+    key_file.write_text(key.to_text())
+    vault_path = tmp_path / "vault.json"
+    Vault(vault_path, key).put("camera", {"username": USER, "password": PASSWORD})
+    login = {
+        "username": {"$secret": "camera", "field": "username"},
+        "password": {"$secret": "camera", "field": "password"},
+    }
+
+    def snap(instance: str, path: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "instance": instance,
+            "backend": "snapshot-uri",
+            "connection": {"uri": camera.url(path), **extra},
+        }
+
+    component = {
+        "cameras": [
+            snap("basic", "/basic.jpg", **login),
+            snap("digest", "/digest.jpg", **login),
+            snap("wrong", "/basic.jpg", username=USER, password="wrong"),
+            snap("png", "/open.png"),
+            snap("slow", "/slow.jpg"),
+            snap("broken", "/broken.jpg"),
+            # Nothing listens on a port that was free a moment ago.
+            {
+                "instance": "gone",
+                "backend": "snapshot-uri",
+                "connection": {"uri": f"http://127.0.0.1:{free_port()}/x.jpg"},
+            },
+        ],
+        "captureProfiles": {"reencode": {"storeAsReceived": False, "quality": 50}},
+    }
+    document = harness.document(
+        component, credentials={"vaultPath": str(vault_path), "keyFile": str(key_file)}
+    )
+    return harness.start(component, document)
+
+
+@pytest.mark.parametrize("instance", ["basic", "digest"])
+def test_an_authenticated_jpeg_is_stored_as_received(rig: Rig, instance: str) -> None:
+    body = rig.call("capture", {"requestId": f"r-{instance}"}, instance)
+    assert body["captureMode"] == "snapshot-uri"
+    image = Path(body["image"]["absolutePath"])
+    assert image.read_bytes() == JPEG
+    assert body["image"]["sha256"] == hashlib.sha256(JPEG).hexdigest()
+    assert body["frame"] == {
+        "width": 160,
+        "height": 120,
+        "pixelFormat": "bgr8",
+        "sourceEncoding": "jpeg",
+    }
+    assert body["timestamps"]["cameraFrameTimestampQuality"] == "adapter-receive"
+    assert "cameraFrameAt" not in body["timestamps"]
+    assert body["backendMetadata"] == {"httpStatus": 200, "contentType": "image/jpeg"}
+    assert PASSWORD not in str(body)
+    assert body["camera"] == {"backend": "snapshot-uri"}
+
+
+def test_a_profile_may_reencode(rig: Rig) -> None:
+    body = rig.call("capture", {"requestId": "r", "captureProfile": "reencode"}, "basic")
+    data = Path(body["image"]["absolutePath"]).read_bytes()
+    assert data != JPEG
+    assert jpeg_dimensions(data) == (160, 120)
+
+
+def test_a_png_is_reencoded_as_jpeg(rig: Rig) -> None:
+    body = rig.call("capture", {"requestId": "r"}, "png")
+    data = Path(body["image"]["absolutePath"]).read_bytes()
+    assert jpeg_dimensions(data) == (160, 120)
+    assert body["frame"]["sourceEncoding"] == "png"
+    assert body["image"]["contentType"] == "image/jpeg"
+
+
+@pytest.mark.parametrize(
+    ("instance", "code", "retriable"),
+    [
+        ("wrong", "BACKEND_ERROR", False),
+        ("gone", "BACKEND_ERROR", True),
+        ("broken", "UNSUPPORTED_PIXEL_FORMAT", False),
+    ],
+)
+def test_failures_are_failure_bodies(rig: Rig, instance: str, code: str, retriable: bool) -> None:
+    body = rig.call("capture", {"requestId": "r"}, instance)
+    failure = body["failure"]
+    assert (failure["code"], failure["stage"], failure["retriable"]) == (
+        code,
+        "acquisition",
+        retriable,
+    )
+    assert "image" not in body
+    assert PASSWORD not in failure["message"]
+    assert rig.call("status", instance=instance)["state"] == "DEGRADED"
+
+
+def test_a_camera_that_does_not_answer_times_out(rig: Rig, camera: Camera) -> None:
+    body = rig.call("capture", {"requestId": "r", "timeoutMs": 1000}, "slow")
+    assert body["failure"]["code"] == "CAPTURE_TIMEOUT"
+    assert body["durationsMs"]["total"] < 5000
+    camera.release.set()
