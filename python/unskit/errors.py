@@ -14,9 +14,15 @@
     │   ├── ReservedTopicError (also ValueError): a topic of class state, metric, cfg, log
     │   ├── RequestTimeoutError (also TimeoutError): no reply before the deadline
     │   └── UnsupportedQosError (also ValueError): a QoS the transport cannot give
-    └── CommandError: a command verb's failure, carrying the spec's errorCode and errorMessage;
-                      raised by verb handlers (the inbox replies with it) and by
-                      `CommandClient.call` when the reply is a failure
+    ├── CommandError: a command verb's failure, carrying the spec's errorCode and errorMessage;
+    │                 raised by verb handlers (the inbox replies with it) and by
+    │                 `CommandClient.call` when the reply is a failure
+    └── EgressError: a file that could not be delivered to one egress destination
+        ├── DestinationError: the destination refused or could not be reached (retried later)
+        ├── VerificationError: the delivered copy differs from the source (sent again)
+        ├── SourceChangedError: the source file changed or vanished while it was sent
+        ├── TransferInterruptedError: paused or stopping; resumes from the recorded progress
+        └── UnsafePathError (also ValueError): a path that would escape its root
 
 The Rust core's errors are mapped to these classes in ``rust/unskit-py/src/errors.rs``.
 """
@@ -30,14 +36,20 @@ __all__ = [
     "CommandError",
     "ConfigError",
     "ConfigIssue",
+    "DestinationError",
+    "EgressError",
     "EnvelopeError",
     "MessagingError",
     "PublishError",
     "RequestTimeoutError",
     "ReservedTopicError",
     "SecretError",
+    "SourceChangedError",
+    "TransferInterruptedError",
+    "UnsafePathError",
     "UnskitError",
     "UnsupportedQosError",
+    "VerificationError",
 ]
 
 
@@ -116,3 +128,27 @@ class CommandError(UnskitError):
     def to_body(self) -> dict[str, str]:
         """The failure reply body: ``{"errorCode": ..., "errorMessage": ...}``."""
         return {"errorCode": self.code, "errorMessage": self.message}
+
+
+class EgressError(UnskitError):
+    """A file that could not be delivered to one egress destination."""
+
+
+class DestinationError(EgressError):
+    """The destination refused the transfer or could not be reached; retried with backoff."""
+
+
+class VerificationError(EgressError):
+    """The delivered copy does not match the source (size, checksum or entity tag)."""
+
+
+class SourceChangedError(EgressError):
+    """The source file changed (size, mtime or content) or vanished while it was sent."""
+
+
+class TransferInterruptedError(EgressError):
+    """The transfer stopped for a pause or shutdown; it resumes from its recorded progress."""
+
+
+class UnsafePathError(EgressError, ValueError):
+    """A relative path that would leave its root (``..``, absolute, or through a symlink)."""
