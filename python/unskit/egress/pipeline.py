@@ -286,12 +286,11 @@ class InstancePipeline:
                 self._dirty = False
             try:
                 wait = self.scan()
-            except OSError as error:
-                _log.warning(
-                    "instance %s: scanning %s failed: %s",
+            except Exception:  # the scanner must outlive any one bad directory entry
+                _log.exception(
+                    "instance %s: scanning %s failed; trying again",
                     self.spec.id,
                     self.spec.source.path,
-                    error,
                 )
                 wait = 5.0
             with self.wake:
@@ -348,7 +347,9 @@ class InstancePipeline:
                     continue
                 ready_in = self._ready_in(full, st, now)
                 if ready_in > 0:
-                    wait = ready_in if wait is None else min(wait, ready_in)
+                    # A missing marker has no deadline: its creation is an inotify event.
+                    if ready_in != float("inf"):
+                        wait = ready_in if wait is None else min(wait, ready_in)
                     continue
                 self._queue(rel, st)
         for file in self.state.active_files(self.spec.id):
