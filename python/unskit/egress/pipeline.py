@@ -351,7 +351,7 @@ class InstancePipeline:
                     if ready_in != float("inf"):
                         wait = ready_in if wait is None else min(wait, ready_in)
                     continue
-                self._queue(rel, st)
+                self._queue(rel, full)
         for file in self.state.active_files(self.spec.id):
             if file.rel not in seen and not os.path.lexists(self.source_path(file.rel)):
                 self._source_gone(file)
@@ -385,14 +385,23 @@ class InstancePipeline:
         _log.warning("instance %s: %s refused: %s", self.spec.id, rel, reason)
         self.events("warning", "file-refused", {"file": rel, "reason": reason}, self.spec.id)
 
-    def _queue(self, rel: str, st: os.stat_result) -> None:
+    def _queue(self, rel: str, full: str) -> None:
         try:
             safe_relative(rel)
         except UnsafePathError as error:
             self._refuse(rel, str(error))
             return
         dests = [dest.id for dest in self.spec.destinations]
-        file_id = self.state.add_file(self.spec.id, rel, st.st_size, st.st_mtime_ns, dests)
+        # Completion deletes the source and records it under this lock: a file completed
+        # since the directory was listed is either gone here or still has its record.
+        with self._lock:
+            try:
+                st = os.stat(full)
+            except FileNotFoundError:
+                return
+            if self.state.find_active(self.spec.id, rel) is not None:
+                return
+            file_id = self.state.add_file(self.spec.id, rel, st.st_size, st.st_mtime_ns, dests)
         _log.info(
             "instance %s: queued %s (%d bytes) for %s",
             self.spec.id,

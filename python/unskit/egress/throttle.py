@@ -17,7 +17,9 @@ class TokenBucket:
         # A quarter second of burst keeps the long-run rate exact while letting one
         # chunk through without a wait at low rates.
         self.burst = float(burst if burst is not None else max(self.rate / 4, 64 * 1024))
-        self._tokens = self.burst
+        # Starts empty: a full bucket would let the first burst out above the rate, which
+        # shows as several percent on a transfer of a few seconds.
+        self._tokens = 0.0
         self._stamp = time.monotonic()
         self._lock = threading.Lock()
 

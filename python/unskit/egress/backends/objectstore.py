@@ -169,11 +169,29 @@ class ObjectStoreBackend:
         )
         transfer.journal.sent(len(data))
         transfer.check_source()
-        # Without KMS a single-part entity tag is the content's MD5: a second, independent
-        # check of what the store holds.
-        expected_etag = md5_hex(data) if self.sse != "aws:kms" else None
-        self._verify(transfer, key, checksum, reply.get("ETag", ""), expected_etag)
+        if self.sse == "aws:kms":
+            # A KMS entity tag is not the content's MD5: ask the store for its checksum.
+            self._verify(transfer, key, checksum, reply.get("ETag", ""), None)
+        else:
+            self._verify_put(transfer, key, checksum, reply, md5_hex(data))
         return Outcome(0, len(data), {"key": key, "bucket": self.bucket})
+
+    def _verify_put(
+        self, transfer: Transfer, key: str, checksum: bytes, reply: Mapping[str, Any], md5: str
+    ) -> None:
+        """A single PUT is verified from its reply, without another round trip: the entity
+        tag is the MD5 the store computed over the bytes it stored, and the flexible
+        checksum, when echoed, is the one it validated."""
+        where = f"s3://{self.bucket}/{key}"
+        etag = str(reply.get("ETag", "")).strip('"')
+        if etag != md5:
+            raise VerificationError(f"{where}: entity tag {etag}, the source's MD5 is {md5}")
+        echoed = reply.get(self._checksum_field)
+        if echoed is not None and echoed != b64(checksum):
+            raise VerificationError(
+                f"{where}: stored {self.algorithm.value} {echoed} differs from the source's "
+                f"{b64(checksum)}"
+            )
 
     # -- multipart -------------------------------------------------------------------------
 
