@@ -16,7 +16,7 @@ import shutil
 import stat
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -186,8 +186,12 @@ class InstancePipeline:
         progress_interval_s: float = 1.0,
         progress: ProgressSink | None = None,
         watch: bool = True,
+        files: Mapping[str, Path] | None = None,
     ) -> None:
         self.spec = spec
+        # One-shot mode (`unskit egress send`): these files, by relative path, instead of
+        # a watched directory; they are delivered but never deleted or archived.
+        self.files = dict(files) if files is not None else None
         self.state = state
         self.metrics = metrics
         self.events = events
@@ -221,7 +225,10 @@ class InstancePipeline:
         dest_ids = [dest.id for dest in self.spec.destinations]
         for file in self.state.active_files(self.spec.id):
             self.state.ensure_destinations(file.id, dest_ids)
-        self._scanner.start()
+        if self.files is None:
+            self._scanner.start()
+        else:
+            self._submit(self.files)
         for worker in self.workers:
             worker.thread.start()
         return self
@@ -273,7 +280,28 @@ class InstancePipeline:
 
     def source_path(self, rel: str) -> Path:
         """The absolute source path of a relative one."""
+        if self.files is not None and rel in self.files:
+            return self.files[rel]
         return self.spec.source.path.joinpath(*safe_relative(rel).parts)
+
+    def _submit(self, files: Mapping[str, Path]) -> None:
+        for rel, path in files.items():
+            if not path.is_file():
+                raise FileNotFoundError(f"{path} is not a regular file")
+            existing = self.state.find_active(self.spec.id, rel)
+            if existing is None:
+                self._queue(rel, str(path))
+
+    def settled(self, rels: Collection[str]) -> dict[str, dict[str, str]]:
+        """Per file, each destination's state, once no delivery of these files is still
+        pending (one-shot mode); empty while any is."""
+        result: dict[str, dict[str, str]] = {}
+        for file in self.state.files_by_rel(self.spec.id, rels):
+            states = {d.dest: d.state.value for d in self.state.deliveries(file.id)}
+            if DeliveryState.PENDING.value in states.values():
+                return {}
+            result[file.rel] = states
+        return result if set(result) == set(rels) else {}
 
     def _changed(self) -> None:
         with self.wake:
@@ -575,6 +603,7 @@ class InstancePipeline:
             self.spec.id,
         )
         self._complete_if_done(file)
+        self._notify()
 
     def _complete_if_done(self, file: FileRecord) -> None:
         with self._lock:
@@ -587,6 +616,10 @@ class InstancePipeline:
             source = self.source_path(file.rel)
             marker = self.spec.source.completion_marker
             archive = self.spec.archive_dir
+            if self.files is not None:
+                self.state.finish_file(file.id, FileState.COMPLETED)
+                self._notify()
+                return
             try:
                 if archive is not None:
                     target = archive.joinpath(*safe_relative(file.rel).parts)

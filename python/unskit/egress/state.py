@@ -186,6 +186,18 @@ class EgressState:
         )
         return _file(rows[0]) if rows else None
 
+    def files_by_rel(self, instance: str, rels: Iterable[str]) -> list[FileRecord]:
+        """The newest record of each of these relative paths (any state)."""
+        found: list[FileRecord] = []
+        for rel in rels:
+            rows = self._all(
+                f"SELECT {_FILE_COLUMNS} FROM files WHERE instance = ? AND rel = ? "
+                "ORDER BY id DESC LIMIT 1",
+                (instance, rel),
+            )
+            found.extend(_file(row) for row in rows)
+        return found
+
     def file(self, file_id: int) -> FileRecord | None:
         """A file record by id."""
         rows = self._all(f"SELECT {_FILE_COLUMNS} FROM files WHERE id = ?", (file_id,))
