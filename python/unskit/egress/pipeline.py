@@ -51,6 +51,8 @@ _log = logging.getLogger(__name__)
 EventSink = Callable[[str, str, Mapping[str, Any], str], None]
 #: (instance, destination, relative path, bytes done, size): live progress for a CLI.
 ProgressSink = Callable[[str, str, str, int, int], None]
+#: Events closer together than this are taken by one scan of the source tree.
+SCAN_MIN_INTERVAL_S = 0.1
 #: How many queued files sb/status lists per instance.
 STATUS_QUEUE_LIMIT = 100
 
@@ -115,12 +117,8 @@ class _DestinationWorker:
 
     def _next_due(self) -> tuple[tuple[FileRecord, DeliveryRecord] | None, float | None]:
         now = time.time()
-        earliest: float | None = None
-        for file, delivery in self.pipeline.state.pending(self.pipeline.spec.id, self.spec.id):
-            if delivery.next_at <= now:
-                return (file, delivery), None
-            earliest = delivery.next_at if earliest is None else min(earliest, delivery.next_at)
-        return None, None if earliest is None else max(earliest - now, 0.01)
+        due, later = self.pipeline.state.next_due(self.pipeline.spec.id, self.spec.id, now)
+        return due, None if later is None else max(later - now, 0.01)
 
     def _deliver(self, file: FileRecord, delivery: DeliveryRecord) -> None:
         pipeline = self.pipeline
@@ -309,7 +307,14 @@ class InstancePipeline:
             self.wake.notify_all()
 
     def _scan_loop(self) -> None:
+        last = 0.0
         while not self.stopping.is_set():
+            # At most one scan per SCAN_MIN_INTERVAL_S: a burst of events (our own
+            # deletions among them) is taken in one scan rather than one scan each.
+            pause = last + SCAN_MIN_INTERVAL_S - time.monotonic()
+            if pause > 0 and self.stopping.wait(pause):
+                return
+            last = time.monotonic()
             with self.wake:
                 self._dirty = False
             try:
@@ -321,10 +326,15 @@ class InstancePipeline:
                     self.spec.source.path,
                 )
                 wait = 5.0
+            deadline = None if wait is None else time.monotonic() + wait
             with self.wake:
-                if self._dirty or self.stopping.is_set():
-                    continue
-                self.wake.wait(wait)
+                # The condition is shared with the workers: only a change in the tree, the
+                # next settle deadline or stopping starts another scan.
+                while not self._dirty and not self.stopping.is_set():
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        break
+                    self.wake.wait(remaining)
 
     def _watch_dir(self, directory: str) -> None:
         if not self._watch or directory in self._watchers:
@@ -347,6 +357,9 @@ class InstancePipeline:
         seen: set[str] = set()
         for directory in [d for d in self._watchers if not os.path.isdir(d)]:
             self._watchers.pop(directory).close()
+        # One query per scan: every inotify event (our own deletions too) rescans the tree.
+        known = {file.rel: file for file in self.state.active_files(self.spec.id)}
+        prefix = root.rstrip(os.sep) + os.sep
         for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
             if archive is not None:
                 dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) != archive]
@@ -355,10 +368,12 @@ class InstancePipeline:
             self._watch_dir(dirpath)
             for name in filenames:
                 full = os.path.join(dirpath, name)
-                rel = os.path.relpath(full, root).replace(os.sep, "/")
+                rel = full[len(prefix) :].replace(os.sep, "/")
                 if not self._wanted(rel, name):
                     continue
                 seen.add(rel)
+                if rel in known:
+                    continue
                 try:
                     st = os.lstat(full)
                     if stat.S_ISLNK(st.st_mode):
@@ -371,8 +386,6 @@ class InstancePipeline:
                     continue
                 if not stat.S_ISREG(st.st_mode):
                     continue
-                if self.state.find_active(self.spec.id, rel) is not None:
-                    continue
                 ready_in = self._ready_in(full, st, now)
                 if ready_in > 0:
                     # A missing marker has no deadline: its creation is an inotify event.
@@ -380,8 +393,8 @@ class InstancePipeline:
                         wait = ready_in if wait is None else min(wait, ready_in)
                     continue
                 self._queue(rel, full)
-        for file in self.state.active_files(self.spec.id):
-            if file.rel not in seen and not os.path.lexists(self.source_path(file.rel)):
+        for rel, file in known.items():
+            if rel not in seen and not os.path.lexists(self.source_path(rel)):
                 self._source_gone(file)
         return wait
 

@@ -295,17 +295,26 @@ class EgressState:
         )
         return _delivery(rows[0]) if rows else None
 
-    def pending(self, instance: str, dest: str) -> list[tuple[FileRecord, DeliveryRecord]]:
-        """Pending deliveries of active files to one destination, oldest file first."""
+    def next_due(
+        self, instance: str, dest: str, now: float
+    ) -> tuple[tuple[FileRecord, DeliveryRecord] | None, float | None]:
+        """The oldest file due for this destination, else when the next one falls due."""
         columns = ", ".join(f"f.{c.strip()}" for c in _FILE_COLUMNS.split(","))
         delivery_columns = ", ".join(f"d.{c.strip()}" for c in _DELIVERY_COLUMNS.split(","))
-        rows = self._all(
-            f"SELECT {columns}, {delivery_columns} FROM files f JOIN deliveries d "
-            "ON d.file_id = f.id WHERE f.instance = ? AND f.state = 'active' AND d.dest = ? "
-            "AND d.state = 'pending' ORDER BY f.id",
-            (instance, dest),
+        where = (
+            "FROM files f JOIN deliveries d ON d.file_id = f.id WHERE f.instance = ? "
+            "AND f.state = 'active' AND d.dest = ? AND d.state = 'pending'"
         )
-        return [(_file(row[:7]), _delivery(row[7:])) for row in rows]
+        rows = self._all(
+            f"SELECT {columns}, {delivery_columns} {where} AND d.next_at <= ? "
+            "ORDER BY f.id LIMIT 1",
+            (instance, dest, now),
+        )
+        if rows:
+            return (_file(rows[0][:7]), _delivery(rows[0][7:])), None
+        later = self._all(f"SELECT MIN(d.next_at) {where}", (instance, dest))
+        value = later[0][0] if later else None
+        return None, None if value is None else float(value)  # type: ignore[arg-type]
 
     def save_offset(self, file_id: int, dest: str, offset: int, sent: int) -> None:
         """Records how far a streamed transfer got (bytes durably at the destination)."""
