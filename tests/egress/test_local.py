@@ -195,3 +195,24 @@ def test_a_symlink_in_the_destination_tree_cannot_lead_out(tmp_path):
     with pytest.raises(UnsafePathError):
         safe_target(root, PurePosixPath("escape/x.bin"))
     assert safe_target(root, PurePosixPath("fine/x.bin")) == root / "fine" / "x.bin"
+
+
+def test_a_file_verified_everywhere_before_a_crash_is_completed_not_sent(
+    harness: Harness, tmp_path
+):
+    from unskit.egress.state import EgressState
+
+    path = harness.source / "done.bin"
+    write_file(path, 1000)
+    st = path.stat()
+    # The state a crash between the last verification and the deletion leaves behind.
+    state = EgressState(tmp_path / "state" / "egress.sqlite3")
+    file_id = state.add_file("line-1", "done.bin", st.st_size, st.st_mtime_ns, ["local-1"])
+    state.mark_verified(file_id, "local-1")
+    state.close()
+    out = tmp_path / "out"
+    _, events = harness.start([local(out)])
+    wait_until(lambda: events.of("file-completed"), 20, "the completion")
+    assert not path.exists()
+    assert not events.of("file-delivered")
+    assert not out.exists(), "a verified file was sent again"

@@ -223,6 +223,9 @@ class InstancePipeline:
         dest_ids = [dest.id for dest in self.spec.destinations]
         for file in self.state.active_files(self.spec.id):
             self.state.ensure_destinations(file.id, dest_ids)
+            # Verified everywhere before a crash (or a destination was removed from the
+            # configuration): only the completion is left to do.
+            self._complete_if_done(file)
         if self.files is None:
             self._scanner.start()
         else:
