@@ -216,3 +216,42 @@ def test_a_file_verified_everywhere_before_a_crash_is_completed_not_sent(
     assert not path.exists()
     assert not events.of("file-delivered")
     assert not out.exists(), "a verified file was sent again"
+
+
+def test_a_copy_renamed_before_a_crash_is_verified_not_sent_again(harness: Harness, tmp_path):
+    from unskit.egress.state import EgressState
+
+    data = write_file(harness.source / "r.bin", 3 * MIB)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "r.bin").write_bytes(data)  # renamed into place, then the process died
+    before = (out / "r.bin").stat()
+    st = (harness.source / "r.bin").stat()
+    state = EgressState(tmp_path / "state" / "egress.sqlite3")
+    file_id = state.add_file("line-1", "r.bin", st.st_size, st.st_mtime_ns, ["local-1"])
+    state.save_offset(file_id, "local-1", 2 * MIB, 2 * MIB)
+    state.close()
+    _, events = harness.start([local(out)])
+    wait_until(lambda: events.of("file-completed"), 20, "the completion")
+    delivered = events.of("file-delivered")[0]
+    assert delivered["bytesSent"] == 0
+    assert delivered["alreadyDelivered"] is True
+    assert (out / "r.bin").stat().st_ino == before.st_ino
+
+
+def test_a_different_copy_in_place_is_replaced(harness: Harness, tmp_path):
+    from unskit.egress.state import EgressState
+
+    data = write_file(harness.source / "r.bin", MIB)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "r.bin").write_bytes(bytes(len(data)))  # same size, other bytes
+    st = (harness.source / "r.bin").stat()
+    state = EgressState(tmp_path / "state" / "egress.sqlite3")
+    file_id = state.add_file("line-1", "r.bin", st.st_size, st.st_mtime_ns, ["local-1"])
+    state.save_offset(file_id, "local-1", MIB // 2, MIB // 2)
+    state.close()
+    _, events = harness.start([local(out)])
+    wait_until(lambda: events.of("file-completed"), 20, "the completion")
+    assert events.of("file-delivered")[0]["bytesSent"] == len(data)
+    assert (out / "r.bin").read_bytes() == data

@@ -151,3 +151,53 @@ def test_the_one_digest_function_matches_known_values():
     sha = new_digest("SHA256")
     sha.update(b"abc")
     assert sha.digest() == hashlib.sha256(b"abc").digest()
+
+
+def test_an_upload_completed_before_a_crash_is_verified_not_sent_again(
+    harness: Harness, moto, bucket, tmp_path
+):
+    from unskit.egress.state import EgressState, Part
+
+    data = write_file(harness.source / "m.bin", 12 * MIB)
+    s3 = moto.client()
+    upload = s3.create_multipart_upload(Bucket=bucket, Key="m.bin", ChecksumAlgorithm="CRC32C")
+    parts = []
+    for number, start in enumerate(range(0, len(data), PART), 1):
+        chunk = data[start : start + PART]
+        checksum = crc32c.crc32c(chunk).to_bytes(4, "big")
+        reply = s3.upload_part(
+            Bucket=bucket,
+            Key="m.bin",
+            UploadId=upload["UploadId"],
+            PartNumber=number,
+            Body=chunk,
+            ChecksumCRC32C=b64(checksum),
+        )
+        parts.append(Part(number, reply["ETag"], checksum, len(chunk)))
+    s3.complete_multipart_upload(
+        Bucket=bucket,
+        Key="m.bin",
+        UploadId=upload["UploadId"],
+        MultipartUpload={
+            "Parts": [
+                {"PartNumber": p.number, "ETag": p.etag, "ChecksumCRC32C": b64(p.checksum)}
+                for p in parts
+            ]
+        },
+    )
+    st = (harness.source / "m.bin").stat()
+    state = EgressState(tmp_path / "state" / "egress.sqlite3")
+    file_id = state.add_file("line-1", "m.bin", st.st_size, st.st_mtime_ns, ["objectstore-1"])
+    state.save_upload(file_id, "objectstore-1", upload["UploadId"])
+    for part in parts:
+        state.save_part(file_id, "objectstore-1", part, 0)
+    state.close()
+    destination = moto.destination(
+        bucket, multipart={"thresholdBytes": PART, "partSizeBytes": PART}
+    )
+    _, events = harness.start([destination])
+    wait_until(lambda: events.of("file-completed"), 30, "the completion")
+    delivered = events.of("file-delivered")[0]
+    assert delivered["bytesSent"] == 0
+    assert delivered["alreadyDelivered"] is True
+    assert body(moto, bucket, "m.bin") == data

@@ -205,6 +205,9 @@ class ObjectStoreBackend:
             except DestinationError as error:
                 if "NoSuchUpload" not in str(error):
                     raise
+                done = self._completed_before(transfer, key, count)
+                if done is not None:
+                    return done
                 _log.info("%s: upload %s is gone; starting a new one", key, upload_id)
                 upload_id = None
                 transfer.journal.upload(None)
@@ -302,6 +305,33 @@ class ObjectStoreBackend:
             resumed,
             sent,
             {"key": key, "bucket": self.bucket, "parts": count, "partsResumed": count - len(todo)},
+        )
+
+    def _completed_before(self, transfer: Transfer, key: str, count: int) -> Outcome | None:
+        """Every part was recorded and the upload is gone: a crash after the completion and
+        before the verification was recorded. The object counts if it verifies against
+        the recorded parts."""
+        if sorted(transfer.parts) != list(range(1, count + 1)):
+            return None
+        ordered = [transfer.parts[n] for n in range(1, count + 1)]
+        expected = composite(self.algorithm, (p.checksum for p in ordered))
+        etag = multipart_etag(p.etag for p in ordered)
+        try:
+            self._verify(transfer, key, expected, etag, etag if self.sse != "aws:kms" else None)
+        except (VerificationError, DestinationError) as error:
+            _log.info("%s: not the completed upload (%s); sending again", key, error)
+            return None
+        transfer.journal.upload(None)
+        return Outcome(
+            transfer.size,
+            0,
+            {
+                "key": key,
+                "bucket": self.bucket,
+                "parts": count,
+                "partsResumed": count,
+                "alreadyDelivered": True,
+            },
         )
 
     def _list_parts(self, key: str, upload_id: str) -> dict[int, tuple[str, int]]:
