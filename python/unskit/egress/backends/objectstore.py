@@ -130,6 +130,7 @@ class ObjectStoreBackend:
         except botocore.exceptions.BotoCoreError as exc:
             raise _error(f"objectstore {self.bucket}", exc) from exc
         self._checksum_field = _CHECKSUM_FIELD[self.algorithm]
+        self._hasher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="egress-md5")
 
     def _call(self, action: str, method: str, **kwargs: Any) -> Any:
         try:
@@ -157,6 +158,9 @@ class ObjectStoreBackend:
         checksum = digest.digest()
         if not transfer.throttle.acquire(len(data)):
             raise TransferInterruptedError(f"{transfer.relative}: interrupted")
+        # The MD5 the entity tag is checked against is computed while the PUT is in flight
+        # (hashlib releases the GIL), so it costs no time per file.
+        md5 = self._hasher.submit(md5_hex, data) if self.sse != "aws:kms" else None
         reply = self._call(
             "put",
             "put_object",
@@ -169,11 +173,11 @@ class ObjectStoreBackend:
         )
         transfer.journal.sent(len(data))
         transfer.check_source()
-        if self.sse == "aws:kms":
+        if md5 is None:
             # A KMS entity tag is not the content's MD5: ask the store for its checksum.
             self._verify(transfer, key, checksum, reply.get("ETag", ""), None)
         else:
-            self._verify_put(transfer, key, checksum, reply, md5_hex(data))
+            self._verify_put(transfer, key, checksum, reply, md5.result())
         return Outcome(0, len(data), {"key": key, "bucket": self.bucket})
 
     def _verify_put(
@@ -400,5 +404,6 @@ class ObjectStoreBackend:
 
     def close(self) -> None:
         """Closes the client's connection pool."""
+        self._hasher.shutdown(wait=False)
         with contextlib.suppress(Exception):
             self._s3.close()
