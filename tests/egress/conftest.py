@@ -73,6 +73,7 @@ class Harness:
         self.source = tmp_path / "source"
         self.pipelines: list[Pipeline] = []
         self.states: list[EgressState] = []
+        self.metrics = MetricsRegistry()
 
     def start(
         self,
@@ -105,7 +106,7 @@ class Harness:
         pipeline = Pipeline(
             EgressSettings((spec,), 0, 0.2, 1.0, None),
             state,
-            metrics=MetricsRegistry(),
+            metrics=self.metrics,
             events=events,
         ).start()
         self.pipelines.append(pipeline)

@@ -255,3 +255,37 @@ def test_a_different_copy_in_place_is_replaced(harness: Harness, tmp_path):
     wait_until(lambda: events.of("file-completed"), 20, "the completion")
     assert events.of("file-delivered")[0]["bytesSent"] == len(data)
     assert (out / "r.bin").read_bytes() == data
+
+
+def test_progress_events_and_metrics(harness: Harness, tmp_path):
+    data = write_file(harness.source / "p.bin", 6 * MIB)
+    down = tmp_path / "down"
+    down.write_text("blocks the directory at first")
+    _, events = harness.start(
+        [local(tmp_path / "out", id="out", bandwidthBytesPerSec=4 * MIB), local(down, id="down")]
+    )
+    wait_until(lambda: len(events.of("delivery-retry")) >= 2, 20, "retries")
+    down.unlink()
+    wait_until(lambda: events.of("file-completed"), 30, "completion")
+    progress = [e for e in events.of("file-progress") if e["destination"] == "out"]
+    assert progress, "no progress event during a 1.5 s transfer"
+    assert all(0 < e["bytesSent"] <= len(data) and e["size"] == len(data) for e in progress)
+    sent = [e["bytesSent"] for e in progress]
+    assert sent == sorted(sent)
+
+    def total(name: str, **dims: str) -> float:
+        return sum(
+            s.total or 0
+            for s in harness.metrics.collect(reset_interval=False)
+            if s.family == "egress"
+            and s.name == name
+            and all(s.dimensions.get(k) == v for k, v in dims.items())
+        )
+
+    assert total("bytesSent", destination="out") == len(data)
+    assert total("bytesSent", destination="down") == len(data)
+    assert total("filesDelivered") == 2
+    assert total("filesCompleted") == 1
+    retries = len(events.of("delivery-retry"))
+    assert total("retries", destination="down") == retries
+    assert total("failures", destination="down") == retries
