@@ -19,6 +19,7 @@ from unskit.config.loader import ConfigLoader, add_config_arguments, resolve_con
 from unskit.config.schema import is_topic_level, validate_document
 from unskit.config.secrets import SecretRef
 from unskit.config.vault import DEFAULT_KEY_ENV, Vault, VaultKey
+from unskit.egress.cli import add_egress_parser
 from unskit.envelope import Identity, Message, MessageBuilder
 from unskit.errors import ConfigError, ConfigIssue, SecretError
 from unskit.messaging.tools import add_tool_parsers
@@ -285,6 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_vault_parser(commands)
     add_tool_parsers(commands)
     add_call_parser(commands)
+    add_egress_parser(commands)
     args = parser.parse_args(argv)
     code: int = args.run(args)
     return code

@@ -22,9 +22,15 @@
     ├── SignalError (also ValueError): a scaling or deadband setting, or a batch of samples,
     │                                  the signal kernels cannot use
     ├── CipError (also ValueError): a CIP datagram or assembly value that cannot be built,
-                                    or an assembly plan that cannot be compiled
-    └── CaptureError: a camera capture stage that failed (backend, encoding, persistence);
-                      carries the failure body's code, stage and retriable flag
+    │                               or an assembly plan that cannot be compiled
+    ├── CaptureError: a camera capture stage that failed (backend, encoding, persistence);
+    │                 carries the failure body's code, stage and retriable flag
+    └── EgressError: a file that could not be delivered to one egress destination
+        ├── DestinationError: the destination refused or could not be reached (retried later)
+        ├── VerificationError: the delivered copy differs from the source (sent again)
+        ├── SourceChangedError: the source file changed or vanished while it was sent
+        ├── TransferInterruptedError: paused or stopping; resumes from the recorded progress
+        └── UnsafePathError (also ValueError): a path that would escape its root
 
 The Rust core's errors are mapped to these classes in ``rust/unskit-py/src/errors.rs``.
 """
@@ -40,6 +46,8 @@ __all__ = [
     "CommandError",
     "ConfigError",
     "ConfigIssue",
+    "DestinationError",
+    "EgressError",
     "EnvelopeError",
     "ImageError",
     "MessagingError",
@@ -48,8 +56,12 @@ __all__ = [
     "ReservedTopicError",
     "SecretError",
     "SignalError",
+    "SourceChangedError",
+    "TransferInterruptedError",
+    "UnsafePathError",
     "UnskitError",
     "UnsupportedQosError",
+    "VerificationError",
 ]
 
 
@@ -160,3 +172,27 @@ class CaptureError(UnskitError):
             "retriable": self.retriable,
             "message": self.message,
         }
+
+
+class EgressError(UnskitError):
+    """A file that could not be delivered to one egress destination."""
+
+
+class DestinationError(EgressError):
+    """The destination refused the transfer or could not be reached; retried with backoff."""
+
+
+class VerificationError(EgressError):
+    """The delivered copy does not match the source (size, checksum or entity tag)."""
+
+
+class SourceChangedError(EgressError):
+    """The source file changed (size, mtime or content) or vanished while it was sent."""
+
+
+class TransferInterruptedError(EgressError):
+    """The transfer stopped for a pause or shutdown; it resumes from its recorded progress."""
+
+
+class UnsafePathError(EgressError, ValueError):
+    """A relative path that would leave its root (``..``, absolute, or through a symlink)."""

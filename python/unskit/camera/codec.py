@@ -1,21 +1,22 @@
 """Image encoding, thumbnails and hashed file writes: the one place the camera adapter turns
 frames into bytes and bytes into files with a digest.
 
-For now this uses OpenCV (JPEG, area-average resize) and hashlib (SHA-256); the Rust core's
-image kernels will replace them here, and nowhere else.
+Full-size JPEG encode and decode go through OpenCV (libjpeg-turbo); thumbnails (area
+average + JPEG) and the SHA-256 taken while a file is written run in the Rust core.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import cv2
 import numpy as np
 import numpy.typing as npt
+
+from unskit.digests import Sha256
+from unskit.digests import write_hashed as _write_hashed
+from unskit.thumbnails import THUMBNAIL_SIZES, Thumbnail, make_thumbnail
 
 __all__ = [
     "THUMBNAIL_EDGES",
@@ -31,7 +32,7 @@ __all__ = [
 Pixels = npt.NDArray[np.uint8]
 
 #: thumbnail.size -> long edge in pixels (the aspect ratio is kept).
-THUMBNAIL_EDGES = {"small": 160, "medium": 320, "large": 640}
+THUMBNAIL_EDGES = THUMBNAIL_SIZES
 # Writes are hashed in chunks of this size, so a large image is never copied twice.
 _CHUNK = 1 << 20
 
@@ -53,25 +54,6 @@ class Frame:
     def height(self) -> int:
         """Rows."""
         return int(self.pixels.shape[0])
-
-
-@dataclass(frozen=True)
-class Thumbnail:
-    """A lossy, digest-free re-encode of a frame, for the announcement only."""
-
-    data: bytes
-    width: int
-    height: int
-
-    def to_body(self) -> dict[str, Any]:
-        """The announcement's thumbnail block (data as raw bytes, not base64)."""
-        return {
-            "encoding": "jpeg",
-            "width": self.width,
-            "height": self.height,
-            "bytes": len(self.data),
-            "data": self.data,
-        }
 
 
 def encode_jpeg(frame: Frame, quality: int) -> bytes:
@@ -114,38 +96,22 @@ def decode_image(data: bytes) -> Frame:
 
 def thumbnail(frame: Frame, size: str, quality: int = 75) -> Thumbnail:
     """A JPEG thumbnail whose long edge is THUMBNAIL_EDGES[size], area-averaged."""
-    edge = THUMBNAIL_EDGES[size]
-    scale = edge / max(frame.width, frame.height)
-    if scale >= 1.0:
-        small = frame.pixels
-    else:
-        width = max(1, round(frame.width * scale))
-        height = max(1, round(frame.height * scale))
-        small = np.asarray(
-            cv2.resize(frame.pixels, (width, height), interpolation=cv2.INTER_AREA), np.uint8
-        )
-    data = encode_jpeg(Frame(small, frame.pixel_format, frame.source_encoding), quality)
-    return Thumbnail(data, int(small.shape[1]), int(small.shape[0]))
+    order = "gray" if frame.pixel_format == "mono8" else "bgr"
+    return make_thumbnail(frame.pixels.data, size, order=order, quality=quality)
 
 
 def write_hashed(path: Path, data: bytes, fsync: bool) -> str:
     """Writes `data` to a new file and returns its SHA-256 hex digest, taken in the same pass."""
-    digest = hashlib.sha256()
-    view = memoryview(data)
-    with open(path, "xb") as handle:
-        for start in range(0, len(view), _CHUNK):
-            chunk = view[start : start + _CHUNK]
-            digest.update(chunk)
-            handle.write(chunk)
-        handle.flush()
-        if fsync:
-            os.fsync(handle.fileno())
-    return digest.hexdigest()
+    if path.exists():
+        raise FileExistsError(path)  # temporary names are unique: never overwrite one
+    written = _write_hashed(path, data, fsync=fsync)
+    assert written.sha256_hex is not None
+    return written.sha256_hex
 
 
 def sha256_file(path: Path) -> str:
     """The SHA-256 hex digest of a file's content (for verification)."""
-    digest = hashlib.sha256()
+    digest = Sha256()
     with open(path, "rb") as handle:
         while chunk := handle.read(_CHUNK):
             digest.update(chunk)

@@ -45,6 +45,7 @@ _SENSITIVE_SUFFIXES = (
     "token",
     "apikey",
     "accountkey",
+    "accesskey",
     "privatekey",
     "connectionstring",
     "pem",

@@ -1,0 +1,149 @@
+"""The egress backend interface: one backend per destination type, one SDK per module.
+
+A backend delivers one file to one destination: it resumes from the progress the pipeline
+recorded, reports new progress through the `Journal` as it goes, verifies the copy, and
+raises an `EgressError` subclass when it cannot. Adding a backend (sftp, ftps, http,
+blobstore, bucketstore) is a new module here and one line in `open_backend`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Protocol
+
+from unskit.config.secrets import SecretResolver
+from unskit.egress.state import Part
+from unskit.egress.throttle import Throttle
+from unskit.errors import ConfigError, ConfigIssue, SourceChangedError, UnsafePathError
+
+__all__ = [
+    "Backend",
+    "Journal",
+    "Outcome",
+    "Transfer",
+    "open_backend",
+    "safe_relative",
+    "safe_target",
+]
+
+
+class Journal(Protocol):
+    """Where a backend records durable progress (committed before the call returns)."""
+
+    def offset(self, offset: int) -> None:
+        """Bytes 0..offset are at the destination (streamed backends)."""
+        ...
+
+    def upload(self, upload_id: str | None) -> None:
+        """The multipart upload this delivery resumes into (None: none)."""
+        ...
+
+    def part(self, part: Part) -> None:
+        """One part is uploaded."""
+        ...
+
+    def forget_part(self, number: int) -> None:
+        """A recorded part is not at the destination as recorded."""
+        ...
+
+    def sent(self, amount: int) -> None:
+        """`amount` more bytes went out (progress only, not durable)."""
+        ...
+
+
+@dataclass
+class Transfer:
+    """One file to one destination, with the progress recorded so far."""
+
+    source: Path
+    relative: PurePosixPath
+    size: int
+    mtime_ns: int
+    offset: int
+    upload_id: str | None
+    parts: Mapping[int, Part]
+    throttle: Throttle
+    cancel: threading.Event
+    journal: Journal
+
+    def check_source(self) -> None:
+        """Raises SourceChangedError if the source's size or mtime is not as queued."""
+        try:
+            st = os.stat(self.source)
+        except FileNotFoundError as exc:
+            raise SourceChangedError(f"{self.relative} vanished while it was sent") from exc
+        if st.st_size != self.size or st.st_mtime_ns != self.mtime_ns:
+            raise SourceChangedError(
+                f"{self.relative} changed while it was sent (size {self.size} -> "
+                f"{st.st_size}, mtime_ns {self.mtime_ns} -> {st.st_mtime_ns})"
+            )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one successful delivery did."""
+
+    resumed_from: int
+    bytes_sent: int
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    """Delivers files to one configured destination."""
+
+    def deliver(self, transfer: Transfer) -> Outcome:
+        """Sends what is missing, verifies the whole copy; raises EgressError subclasses."""
+        ...
+
+    def discard(self, relative: PurePosixPath, upload_id: str | None) -> None:
+        """Removes partial remote state of an abandoned delivery (best effort)."""
+        ...
+
+    def close(self) -> None:
+        """Releases connections."""
+        ...
+
+
+BackendFactory = Callable[[Mapping[str, Any], "SecretResolver | None"], Backend]
+
+
+def open_backend(
+    settings: Mapping[str, Any], secrets: SecretResolver | None, path: str = "$"
+) -> Backend:
+    """The backend for one `egress` entry; ConfigError if this build has none for it."""
+    kind = settings["type"]
+    # Imported on first use: a local-only configuration never loads an SDK.
+    if kind == "local":
+        from unskit.egress.backends.local import LocalBackend
+
+        return LocalBackend(settings)
+    if kind == "objectstore":
+        from unskit.egress.backends.objectstore import ObjectStoreBackend
+
+        return ObjectStoreBackend(settings, secrets)
+    raise ConfigError([ConfigIssue(f"{path}.type", f"backend {kind!r} is not in this build")])
+
+
+def safe_relative(text: str) -> PurePosixPath:
+    """A source-relative path that cannot leave a destination root: no '..', not absolute."""
+    relative = PurePosixPath(text)
+    if not text or relative.is_absolute() or any(p in ("..", ".", "") for p in text.split("/")):
+        raise UnsafePathError(f"{text!r} is not a plain relative path under the root")
+    return relative
+
+
+def safe_target(root: Path, relative: PurePosixPath) -> Path:
+    """`root` joined with `relative`, refused if a symlink in the tree leads outside it."""
+    relative = safe_relative(str(relative))
+    target = root.joinpath(*relative.parts)
+    real_root = os.path.realpath(root)
+    real_parent = os.path.realpath(target.parent)
+    if real_parent != real_root and not real_parent.startswith(real_root + os.sep):
+        raise UnsafePathError(f"{relative} would be written outside {root} (through a symlink)")
+    if os.path.islink(target):
+        raise UnsafePathError(f"{target} is a symlink; refusing to write through it")
+    return target

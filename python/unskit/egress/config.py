@@ -1,0 +1,219 @@
+"""The file-egress `component` section, parsed into instance and destination settings.
+
+The schema refuses unknown keys and wrong types with their JSON path; the rules a schema
+cannot say (unique ids, an archive directory for the archive action, kmsKeyId only with
+aws:kms, a backend this build has) are checked here, also with their JSON path."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from unskit.config.model import ComponentConfig, thaw
+from unskit.config.schema import load_schema
+from unskit.errors import ConfigError, ConfigIssue
+
+__all__ = [
+    "BUILT_BACKENDS",
+    "DEFAULT_MULTIPART_BYTES",
+    "TOKEN",
+    "DestinationSpec",
+    "EgressSettings",
+    "InstanceSpec",
+    "RetryPolicy",
+    "SourceSpec",
+    "component_schema",
+    "configuration_issues",
+    "parse_component",
+]
+
+TOKEN = "file-egress"
+SCHEMA_FILE = "file-egress.schema.json"
+#: Backends this build delivers with; the others validate but are refused at start.
+BUILT_BACKENDS = frozenset({"local", "objectstore"})
+DEFAULT_MULTIPART_BYTES = 8 * 1024 * 1024
+DEFAULT_SETTLE_SECONDS = 5.0
+DEFAULT_PROGRESS_INTERVAL_MS = 1000
+DEFAULT_RETENTION_HOURS = 168.0
+
+
+@functools.cache
+def component_schema() -> Mapping[str, Any]:
+    """The `component` section's JSON Schema (a data file shipped with the package)."""
+    return load_schema(SCHEMA_FILE)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff between attempts; after maxAttempts a delivery fails for good."""
+
+    initial_backoff_ms: int = 1000
+    max_backoff_ms: int = 300_000
+    max_attempts: int = 10
+
+    def backoff_seconds(self, attempts: int) -> float:
+        """Delay before attempt `attempts + 1`: doubling from the initial value, capped."""
+        delay: int = self.initial_backoff_ms * (2 ** max(attempts - 1, 0))
+        return min(delay, self.max_backoff_ms) / 1000
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    path: Path
+    include: tuple[str, ...] = ("*",)
+    exclude: tuple[str, ...] = ()
+    recursive: bool = True
+    settle_seconds: float = DEFAULT_SETTLE_SECONDS
+    completion_marker: str | None = None
+
+
+@dataclass(frozen=True)
+class DestinationSpec:
+    """One entry of an instance's `egress` list; `settings` is the entry as written."""
+
+    id: str
+    type: str
+    bandwidth: int
+    settings: Mapping[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    id: str
+    source: SourceSpec
+    destinations: tuple[DestinationSpec, ...]
+    archive_dir: Path | None
+    bandwidth: int
+    retry: RetryPolicy
+
+
+@dataclass(frozen=True)
+class EgressSettings:
+    instances: tuple[InstanceSpec, ...]
+    bandwidth: int
+    progress_interval_s: float
+    retention_hours: float
+    state_dir: Path | None
+
+
+def _retry(section: Mapping[str, Any], base: RetryPolicy) -> RetryPolicy:
+    return RetryPolicy(
+        initial_backoff_ms=section.get("initialBackoffMs", base.initial_backoff_ms),
+        max_backoff_ms=section.get("maxBackoffMs", base.max_backoff_ms),
+        max_attempts=section.get("maxAttempts", base.max_attempts),
+    )
+
+
+def destination_id(entry: Mapping[str, Any], index: int) -> str:
+    """An entry's id, or ``{type}-{index + 1}`` when it sets none."""
+    return str(entry.get("id") or f"{entry['type']}-{index + 1}")
+
+
+def configuration_issues(config: ComponentConfig) -> list[ConfigIssue]:
+    """The rules of the section a schema cannot say, each with its JSON path."""
+    return list(_rules(thaw(config.component)))
+
+
+def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
+    ids: set[str] = set()
+    for index, entry in enumerate(component.get("instances") or []):
+        path = f"$.component.instances[{index}]"
+        if entry["id"] in ids:
+            yield ConfigIssue(f"{path}.id", f"duplicate instance id {entry['id']!r}")
+        ids.add(entry["id"])
+        source = Path(os.path.abspath(entry["source"]["path"]))
+        on_complete = entry.get("onComplete") or {}
+        action = on_complete.get("action", "delete")
+        if action == "archive" and "archiveDir" not in on_complete:
+            yield ConfigIssue(f"{path}.onComplete.archiveDir", "the archive action needs it")
+        if action == "delete" and "archiveDir" in on_complete:
+            yield ConfigIssue(f"{path}.onComplete.archiveDir", "applies to the archive action only")
+        if "archiveDir" in on_complete:
+            archive = Path(os.path.abspath(on_complete["archiveDir"]))
+            if archive == source:
+                yield ConfigIssue(
+                    f"{path}.onComplete.archiveDir", "must differ from the source directory"
+                )
+        destination_ids: set[str] = set()
+        for d, destination in enumerate(entry["egress"]):
+            at = f"{path}.egress[{d}]"
+            ident = destination_id(destination, d)
+            if ident in destination_ids:
+                yield ConfigIssue(f"{at}.id", f"duplicate egress id {ident!r} in this instance")
+            destination_ids.add(ident)
+            kind = destination["type"]
+            if kind not in BUILT_BACKENDS:
+                yield ConfigIssue(
+                    f"{at}.type",
+                    f"backend {kind!r} is not available in this build "
+                    f"(available: {', '.join(sorted(BUILT_BACKENDS))})",
+                )
+                continue
+            if kind == "local":
+                root = Path(os.path.abspath(destination["path"]))
+                if root == source or source in root.parents:
+                    yield ConfigIssue(f"{at}.path", "must not lie inside the source directory")
+            if kind == "objectstore":
+                if "kmsKeyId" in destination and destination.get("sse") != "aws:kms":
+                    yield ConfigIssue(f"{at}.kmsKeyId", "applies only with sse aws:kms")
+                multipart = destination.get("multipart") or {}
+                threshold = multipart.get("thresholdBytes", DEFAULT_MULTIPART_BYTES)
+                if threshold < multipart.get("partSizeBytes", 0):
+                    yield ConfigIssue(
+                        f"{at}.multipart.thresholdBytes", "must be at least partSizeBytes"
+                    )
+
+
+def parse_component(config: ComponentConfig) -> EgressSettings:
+    """The settings of a schema-valid section; ConfigError lists every broken rule."""
+    issues = configuration_issues(config)
+    if issues:
+        raise ConfigError(issues)
+    component = thaw(config.component)
+    global_section = component.get("global") or {}
+    base_retry = _retry(global_section.get("retry") or {}, RetryPolicy())
+    instances = []
+    for entry in component["instances"]:
+        source = entry["source"]
+        on_complete = entry.get("onComplete") or {}
+        archive = on_complete.get("archiveDir") if on_complete.get("action") == "archive" else None
+        instances.append(
+            InstanceSpec(
+                id=entry["id"],
+                source=SourceSpec(
+                    path=Path(os.path.abspath(source["path"])),
+                    include=tuple(source.get("include") or ("*",)),
+                    exclude=tuple(source.get("exclude") or ()),
+                    recursive=source.get("recursive", True),
+                    settle_seconds=float(source.get("settleSeconds", DEFAULT_SETTLE_SECONDS)),
+                    completion_marker=source.get("completionMarker"),
+                ),
+                destinations=tuple(
+                    DestinationSpec(
+                        id=destination_id(destination, index),
+                        type=destination["type"],
+                        bandwidth=destination.get("bandwidthBytesPerSec", 0),
+                        settings=destination,
+                    )
+                    for index, destination in enumerate(entry["egress"])
+                ),
+                archive_dir=Path(os.path.abspath(archive)) if archive else None,
+                bandwidth=entry.get("bandwidthBytesPerSec", 0),
+                retry=_retry(entry.get("retry") or {}, base_retry),
+            )
+        )
+    state_dir = global_section.get("stateDir")
+    return EgressSettings(
+        instances=tuple(instances),
+        bandwidth=global_section.get("bandwidthBytesPerSec", 0),
+        progress_interval_s=global_section.get("progressIntervalMs", DEFAULT_PROGRESS_INTERVAL_MS)
+        / 1000,
+        retention_hours=float(
+            global_section.get("completedRetentionHours", DEFAULT_RETENTION_HOURS)
+        ),
+        state_dir=Path(state_dir) if state_dir else None,
+    )

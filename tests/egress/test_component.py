@@ -1,0 +1,224 @@
+"""The file-egress component: its configuration refused with JSON paths, and its verbs
+(sb/status, sb/pause, sb/resume, sb/retry) over a real broker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.egress.conftest import write_file
+from tests.support.adapter import AdapterHarness
+from tests.support.mosquitto import Mosquitto
+from tests.support.servers import wait_until
+from unskit.config.model import build_config
+from unskit.config.platform import Platform
+from unskit.config.schema import validate_document
+from unskit.egress.component import FileEgress
+from unskit.egress.config import component_schema, configuration_issues
+from unskit.errors import CommandError
+
+
+def document(*egress: dict[str, Any], **instance: Any) -> dict[str, Any]:
+    entry = {"id": "line-1", "source": {"path": "/data/out"}, "egress": list(egress), **instance}
+    return {
+        "component": {"instances": [entry]},
+        "messaging": {"local": {"host": "embedded"}},
+    }
+
+
+def issues(doc: dict[str, Any]) -> list[str]:
+    found = validate_document(doc, component_schema=component_schema())
+    if not found:
+        config = build_config(
+            doc, thing="gw", platform=Platform.HOST, component_token="file-egress"
+        )
+        found = configuration_issues(config)
+    return [str(issue) for issue in found]
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        (
+            document({"type": "local", "path": "/y", "colour": "red"}),
+            "$.component.instances[0].egress[0].colour: unknown key",
+        ),
+        (document({"type": "local"}), "$.component.instances[0].egress[0].path: is required"),
+        (
+            document({"type": "objectstore", "bucket": "bkt", "multipart": {"partSize": 1}}),
+            "$.component.instances[0].egress[0].multipart.partSize: unknown key",
+        ),
+        (
+            document({"type": "objectstore", "bucket": "bkt", "checksumAlgorithm": "MD5"}),
+            "$.component.instances[0].egress[0].checksumAlgorithm",
+        ),
+        (
+            document({"type": "objectstore", "bucket": "bkt", "kmsKeyId": "k"}),
+            "$.component.instances[0].egress[0].kmsKeyId: applies only with sse aws:kms",
+        ),
+        (
+            document({"type": "sftp", "host": "h"}),
+            "$.component.instances[0].egress[0].type: backend 'sftp' is not available",
+        ),
+        (
+            document({"type": "local", "path": "/y"}, onComplete={"action": "archive"}),
+            "$.component.instances[0].onComplete.archiveDir: the archive action needs it",
+        ),
+        (
+            document({"type": "local", "path": "/data/out/copy"}),
+            "$.component.instances[0].egress[0].path: must not lie inside the source",
+        ),
+        (
+            document(
+                {"type": "local", "path": "/a", "id": "x"},
+                {"type": "local", "path": "/b", "id": "x"},
+            ),
+            "$.component.instances[0].egress[1].id: duplicate egress id 'x'",
+        ),
+        (document(), "$.component.instances[0].egress"),
+        ({"component": {"instances": [{"id": "a", "egress": []}]}}, "source: is required"),
+    ],
+)
+def test_bad_configurations_are_refused_with_their_json_path(doc, expected):
+    assert any(expected in issue for issue in issues(doc)), issues(doc)
+
+
+def test_the_shipped_schema_accepts_every_spec_key():
+    full = document(
+        {"type": "local", "path": "/y", "fsync": True, "id": "nas", "bandwidthBytesPerSec": 1},
+        {
+            "type": "objectstore",
+            "bucket": "bkt",
+            "prefix": "p/",
+            "region": "eu-west-1",
+            "endpointUrl": "https://s3.example",
+            "credentials": {"$secret": "s3"},
+            "storageClass": "STANDARD_IA",
+            "sse": "aws:kms",
+            "kmsKeyId": "alias/k",
+            "accelerate": False,
+            "unsignedPayload": True,
+            "checksumAlgorithm": "SHA256",
+            "multipart": {
+                "thresholdBytes": 16 * 1024 * 1024,
+                "partSizeBytes": 8 * 1024 * 1024,
+                "maxConcurrentParts": 8,
+            },
+        },
+    )
+    full["credentials"] = {"vaultPath": "/tmp/none"}
+    found = validate_document(full, component_schema=component_schema())
+    assert not found, found
+
+
+def test_unskit_run_refuses_a_bad_configuration_naming_the_path(tmp_path: Path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(document({"type": "local", "path": "/y", "oops": 1})))
+    result = subprocess.run(
+        [sys.executable, "-m", "unskit.cli", "run", "file-egress", "-c", str(path), "-t", "gw"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "$.component.instances[0].egress[0].oops" in result.stderr
+
+
+@pytest.fixture
+def adapters(broker: Mosquitto, tmp_path: Path):
+    harness = AdapterHarness(broker, tmp_path)
+    yield harness
+    harness.close()
+
+
+def test_status_pause_resume_and_retry(adapters: AdapterHarness, tmp_path: Path):
+    source, out, blocked = tmp_path / "src", tmp_path / "out", tmp_path / "blocked"
+    blocked.write_text("a file where a directory should be")
+    component = {
+        "global": {
+            "stateDir": str(tmp_path / "egress-state"),
+            "retry": {"initialBackoffMs": 50, "maxAttempts": 1},
+        },
+        "instances": [
+            {
+                "id": "line-1",
+                "source": {"path": str(source), "settleSeconds": 0},
+                "egress": [
+                    {"id": "out", "type": "local", "path": str(out)},
+                    {"id": "blocked", "type": "local", "path": str(blocked)},
+                ],
+            }
+        ],
+    }
+    adapter = adapters.start(FileEgress, adapters.document(component))
+    client = adapter.client
+    assert client.call("pause", instance="line-1") == {
+        "instance": "line-1",
+        "paused": True,
+        "changed": True,
+    }
+    data = write_file(source / "a.bin", 1000)
+    wait_until(lambda: client.call("status", instance="line-1")["queueTotal"] == 1, 20, "queued")
+    status = client.call("status", instance="line-1")
+    assert status["paused"] is True
+    entry = status["queue"][0]
+    assert entry["file"] == "a.bin"
+    assert {d: v["state"] for d, v in entry["destinations"].items()} == {
+        "out": "pending",
+        "blocked": "pending",
+    }
+    assert client.call("resume", instance="line-1")["changed"] is True
+
+    def states() -> dict[str, str]:
+        queue = client.call("status", instance="line-1")["queue"]
+        return {d: v["state"] for d, v in queue[0]["destinations"].items()} if queue else {}
+
+    wait_until(lambda: states() == {"out": "verified", "blocked": "failed"}, 20, "one failure")
+    assert (out / "a.bin").read_bytes() == data
+    assert (source / "a.bin").exists()
+    whole = client.call("status")
+    assert [i["instance"] for i in whole["instances"]] == ["line-1"]
+    with pytest.raises(CommandError, match="BAD_ARGS"):
+        client.call("retry", {}, instance="line-1")  # a mutating verb needs a requestId
+    blocked.unlink()
+    reply = client.call("retry", {"requestId": uuid.uuid4().hex}, instance="line-1")
+    assert reply == {"instance": "line-1", "requeued": ["a.bin"]}
+    wait_until(lambda: not (source / "a.bin").exists(), 20, "completion after sb/retry")
+    assert (blocked / "a.bin").read_bytes() == data
+    assert client.call("status", instance="line-1")["files"] == {"completed": 1}
+    with pytest.raises(CommandError, match="NO_SUCH_INSTANCE"):
+        client.call("status", instance="line-9")
+
+
+def test_objectstore_credentials_resolve_from_the_vault(tmp_path: Path):
+    from unskit.config.vault import Vault, VaultKey, VaultSecrets
+    from unskit.egress.backends.objectstore import _credentials
+    from unskit.errors import SecretError
+
+    key = VaultKey.generate()
+    key_file = tmp_path / "vault.key"
+    key_file.write_text(key.to_text())
+    vault = Vault(tmp_path / "vault.json", key)
+    vault.put("s3", {"accessKeyId": "AKIA1", "secretAccessKey": "shh"})
+    vault.put("loose", "just-a-token")
+    secrets = VaultSecrets(str(tmp_path / "vault.json"), key_file=str(key_file))
+    bundle = _credentials({"$secret": "s3"}, secrets)
+    assert bundle is not None
+    assert bundle["accessKeyId"].reveal() == "AKIA1"
+    assert bundle["secretAccessKey"].reveal() == "shh"
+    assert bundle["sessionToken"] is None
+    fields = _credentials(
+        {"accessKeyId": "AKIA2", "secretAccessKey": {"$secret": "loose"}}, secrets
+    )
+    assert fields is not None
+    assert fields["secretAccessKey"].reveal() == "just-a-token"
+    assert "just-a-token" not in repr(fields)
+    assert _credentials(None, secrets) is None  # the ambient provider chain
+    with pytest.raises(SecretError):
+        _credentials({"$secret": "missing"}, secrets)
