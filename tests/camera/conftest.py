@@ -4,7 +4,6 @@ recorder of everything published under the test's topic root."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,13 +11,12 @@ from typing import Any
 
 import pytest
 
-from tests.support.adapter import Inbox, framework_sections
+from tests.support.adapter import Inbox, connected_client, framework_sections, inbox_answers
 from tests.support.mosquitto import Mosquitto
 from tests.support.servers import wait_until
 from unskit.camera.component import CameraAdapter
 from unskit.commands import CommandClient
 from unskit.config import ConfigLoader
-from unskit.config.model import BrokerConfig, MessagingConfig
 from unskit.envelope import Message
 from unskit.errors import CommandError
 from unskit.messaging import MessagingClient
@@ -115,17 +113,8 @@ class CameraHarness:
             component_schema=CameraAdapter.schema,
             default_component=CameraAdapter.token,
         )
-        messaging = MessagingClient(
-            MessagingConfig(
-                local=BrokerConfig(
-                    host="127.0.0.1", port=self.broker.plain_port, client_id=f"c-{uuid.uuid4().hex}"
-                ),
-                request_timeout_seconds=30,
-            ),
-            persistent_session=False,
-        ).start()
+        messaging = connected_client(self.broker.plain_port, request_timeout_s=30)
         self.clients.append(messaging)
-        wait_until(messaging.connected, 10, "the test client")
         seen = Inbox()
         messaging.subscribe(f"{document['topic']['root']}/#", seen.add, max_concurrency=1)
         runtime = Runtime(loader.load())
@@ -133,7 +122,7 @@ class CameraHarness:
         self.runtimes.append(runtime)
         runtime.start(app, loader)
         client = CommandClient.for_scope(messaging, runtime.topics)
-        wait_until(lambda: _answers(client), 10, "the inbox")
+        wait_until(lambda: inbox_answers(client), 10, "the inbox")
         output = Path(document["component"]["storage"]["outputRoot"])
         return Rig(runtime, app, client, seen, document, output)
 
@@ -145,14 +134,6 @@ class CameraHarness:
             messaging.close(1)
         for runtime in self.runtimes:
             runtime.shutdown()
-
-
-def _answers(client: CommandClient) -> bool:
-    try:
-        client.call("describe", timeout=0.5)
-    except Exception:
-        return False
-    return True
 
 
 @pytest.fixture

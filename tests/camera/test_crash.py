@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.camera.conftest import sim
-from tests.support.adapter import framework_sections
+from tests.support.adapter import framework_sections, inbox_answers
 from tests.support.mosquitto import Mosquitto
 from tests.support.servers import component_process, wait_until
 from unskit.camera.jobs import NON_TERMINAL, TERMINAL
@@ -27,14 +27,6 @@ from unskit.messaging import MessagingClient
 
 TOTAL = 300
 CAMERAS = ("cam-a", "cam-b", "cam-c")
-
-
-def _answers(client: CommandClient) -> bool:
-    try:
-        client.call("describe", timeout=0.5)
-    except Exception:
-        return False
-    return True
 
 
 def test_sigkill_at_random_moments_loses_nothing_committed(
@@ -100,7 +92,7 @@ def test_sigkill_at_random_moments_loses_nothing_committed(
             rounds += 1
             log = tmp_path / f"run-{rounds}.log"
             with component_process("camera-adapter", log, *args) as process:
-                wait_until(lambda: _answers(client), 60, f"run {rounds}'s inbox")
+                wait_until(lambda: inbox_answers(client), 60, f"run {rounds}'s inbox")
                 # Kill once a random number of this run's captures have been announced,
                 # with more accepted, queued and in flight, and requests still unanswered.
                 batch = requests[next_index : next_index + rng.randint(40, 90)]
@@ -123,7 +115,7 @@ def test_sigkill_at_random_moments_loses_nothing_committed(
         # A last run, left alive: recovery, then every retry.
         log = tmp_path / "final.log"
         with component_process("camera-adapter", log, *args) as process:
-            wait_until(lambda: _answers(client), 60, "the final run's inbox")
+            wait_until(lambda: inbox_answers(client), 60, "the final run's inbox")
             outcomes: dict[str, dict[str, Any]] = {}
             unknown = 0
             for request_id, camera in requests:

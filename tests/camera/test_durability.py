@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.camera.conftest import CameraHarness, sim
-from tests.support.adapter import Inbox, framework_sections
+from tests.support.adapter import Inbox, framework_sections, inbox_answers
 from tests.support.mosquitto import Mosquitto
 from tests.support.servers import component_process, wait_until
 from unskit.commands import CommandClient
@@ -25,14 +25,6 @@ def _code(client: CommandClient, verb: str, body: dict[str, Any], instance: str 
     except CommandError as error:
         return error.code
     raise AssertionError(f"sb/{verb} succeeded: {reply}")
-
-
-def _answers(client: CommandClient) -> bool:
-    try:
-        client.call("describe", timeout=0.5)
-    except Exception:
-        return False
-    return True
 
 
 def test_sigkill_mid_capture_interrupts_and_retries_are_safe(
@@ -73,7 +65,7 @@ def test_sigkill_mid_capture_interrupts_and_retries_are_safe(
         args = ["-c", str(config), "-t", "gw"]
 
         with component_process("camera-adapter", tmp_path / "first.log", *args) as first:
-            wait_until(lambda: _answers(client), 30, "the first run's inbox")
+            wait_until(lambda: inbox_answers(client), 30, "the first run's inbox")
             done = client.call("capture", {"requestId": "done"}, instance="fast", timeout=20)
             submitted = client.call("capture-submit", {"requestId": "sub-1"}, instance="slow")
             queued = client.call("capture-submit", {"requestId": "sub-2"}, instance="slow")
@@ -102,7 +94,7 @@ def test_sigkill_mid_capture_interrupts_and_retries_are_safe(
 
         interrupted = [submitted["captureId"], queued["captureId"], held["captureId"]]
         with component_process("camera-adapter", tmp_path / "second.log", *args) as second:
-            wait_until(lambda: _answers(client), 30, "the second run's inbox")
+            wait_until(lambda: inbox_answers(client), 30, "the second run's inbox")
             for capture_id in interrupted:
                 status = client.call("capture-status", {"captureId": capture_id})
                 assert status["state"] == "INTERRUPTED", status

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from tests.commands.sample_component import SampleComponent
+from tests.support.adapter import connected_client, inbox_answers
 from tests.support.mosquitto import Mosquitto
 from tests.support.servers import wait_until
 from unskit.commands import CommandClient
 from unskit.config import ConfigLoader
-from unskit.config.model import BrokerConfig, MessagingConfig
 from unskit.messaging import MessagingClient
 from unskit.runtime.component import Runtime
 
@@ -66,20 +66,11 @@ def start_sample(
         runtimes.append(runtime)
         runtime.start(app, loader)
         wait_until(runtime.get_messaging().connected, 10, "the component to connect")
-        messaging = MessagingClient(
-            MessagingConfig(
-                local=BrokerConfig(
-                    host="127.0.0.1", port=broker.plain_port, client_id=f"c-{uuid.uuid4().hex}"
-                ),
-                request_timeout_seconds=10,
-            ),
-            persistent_session=False,
-        ).start()
+        messaging = connected_client(broker.plain_port, request_timeout_s=10)
         clients.append(messaging)
-        wait_until(messaging.connected, 10, "the client to connect")
         client = CommandClient.for_scope(messaging, runtime.topics)
         # The inbox's subscriptions are live once describe answers.
-        wait_until(lambda: _answers(client), 10, "the inbox to answer")
+        wait_until(lambda: inbox_answers(client), 10, "the inbox to answer")
         return Sample(runtime, app, client, path)
 
     yield start
@@ -87,14 +78,6 @@ def start_sample(
         messaging.close(1)
     for runtime in runtimes:
         runtime.shutdown()
-
-
-def _answers(client: CommandClient) -> bool:
-    try:
-        client.call("describe", timeout=0.5)
-    except Exception:
-        return False
-    return True
 
 
 @pytest.fixture

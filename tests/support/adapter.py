@@ -97,17 +97,8 @@ class AdapterHarness:
         loader = ConfigLoader(
             path, thing="gw", component_schema=app_class.schema, default_component=app_class.token
         )
-        messaging = MessagingClient(
-            MessagingConfig(
-                local=BrokerConfig(
-                    host="127.0.0.1", port=self.broker.plain_port, client_id=f"c-{uuid.uuid4().hex}"
-                ),
-                request_timeout_seconds=20,
-            ),
-            persistent_session=False,
-        ).start()
+        messaging = connected_client(self.broker.plain_port)
         self.clients.append(messaging)
-        wait_until(messaging.connected, 10, "the test client")
         seen = Inbox()
         # Subscribed before the component starts, so the first updates are seen too.
         messaging.subscribe(f"{document['topic']['root']}/#", seen.add, max_concurrency=1)
@@ -116,7 +107,7 @@ class AdapterHarness:
         self.runtimes.append(runtime)
         runtime.start(app, loader)
         client = CommandClient.for_scope(messaging, runtime.topics)
-        wait_until(lambda: _answers(client), 10, "the inbox")
+        wait_until(lambda: inbox_answers(client), 10, "the inbox")
         return Adapter(runtime, app, client, path, document, seen)
 
     def close(self) -> None:
@@ -126,7 +117,23 @@ class AdapterHarness:
             runtime.shutdown()
 
 
-def _answers(client: CommandClient) -> bool:
+def connected_client(broker_port: int, request_timeout_s: float = 20) -> MessagingClient:
+    """A connected messaging client for a test (no persistent session)."""
+    messaging = MessagingClient(
+        MessagingConfig(
+            local=BrokerConfig(
+                host="127.0.0.1", port=broker_port, client_id=f"c-{uuid.uuid4().hex}"
+            ),
+            request_timeout_seconds=request_timeout_s,
+        ),
+        persistent_session=False,
+    ).start()
+    wait_until(messaging.connected, 10, "the test client")
+    return messaging
+
+
+def inbox_answers(client: CommandClient) -> bool:
+    """Whether a component's inbox answers describe: its subscriptions are live."""
     try:
         client.call("describe", timeout=0.5)
     except Exception:
