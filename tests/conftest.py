@@ -8,6 +8,7 @@ import pytest
 
 from tests.support.mosquitto import Mosquitto
 from tests.support.pki import Pki, make_pki
+from tests.support.servers import root_logging_restored
 
 
 @pytest.fixture(scope="session")
@@ -25,16 +26,5 @@ def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Mosqu
 @pytest.fixture
 def restore_root_logging() -> Iterator[None]:
     """For tests that run a Runtime in-process: it configures the root logger."""
-    import logging
-
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    for handler in root.handlers[:]:
-        if handler not in handlers:
-            root.removeHandler(handler)
-            handler.close()
-    for handler in handlers:
-        if handler not in root.handlers:
-            root.addHandler(handler)
-    root.setLevel(level)
+    with root_logging_restored():
+        yield

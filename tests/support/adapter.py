@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.mosquitto import Mosquitto
-from tests.support.servers import wait_until
+from tests.support.servers import root_logging_restored, wait_until
 from unskit.commands import CommandClient
 from unskit.config import ConfigLoader
 from unskit.config.model import BrokerConfig, MessagingConfig
@@ -82,6 +82,9 @@ class AdapterHarness:
         self.tmp_path = tmp_path
         self.runtimes: list[Runtime] = []
         self.clients: list[MessagingClient] = []
+        # A Runtime run in-process configures root logging; close() puts it back.
+        self._logging = root_logging_restored()
+        self._logging.__enter__()
 
     def document(self, component: Mapping[str, Any], **sections: Any) -> dict[str, Any]:
         doc = {
@@ -115,6 +118,7 @@ class AdapterHarness:
             messaging.close(1)
         for runtime in self.runtimes:
             runtime.shutdown()
+        self._logging.__exit__(None, None, None)
 
 
 def connected_client(broker_port: int, request_timeout_s: float = 20) -> MessagingClient:

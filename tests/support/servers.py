@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import socket
@@ -64,3 +65,22 @@ def component_process(name: str, log_path: Path, *args: str) -> Iterator[subproc
         if process.poll() is None:
             process.kill()
             process.wait(5)
+
+
+@contextlib.contextmanager
+def root_logging_restored() -> Iterator[None]:
+    """Puts the root logger's handlers and level back as they were (a Runtime run in-process
+    configures logging)."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        yield
+    finally:
+        for handler in root.handlers[:]:
+            if handler not in handlers:
+                root.removeHandler(handler)
+                handler.close()
+        for handler in handlers:
+            if handler not in root.handlers:
+                root.addHandler(handler)
+        root.setLevel(level)
