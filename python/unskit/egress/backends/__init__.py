@@ -125,6 +125,10 @@ def open_backend(
         from unskit.egress.backends.objectstore import ObjectStoreBackend
 
         return ObjectStoreBackend(settings, secrets)
+    if kind == "sftp":
+        from unskit.egress.backends.sftp import SftpBackend
+
+        return SftpBackend(settings, secrets)
     raise ConfigError([ConfigIssue(f"{path}.type", f"backend {kind!r} is not in this build")])
 
 
