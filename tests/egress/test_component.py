@@ -92,6 +92,14 @@ def issues(doc: dict[str, Any]) -> list[str]:
             "$.component.instances[0].egress[0].insecure: unknown key",
         ),
         (
+            document({"type": "ftps", "host": "h", "username": "u", "hostKey": "k"}),
+            "$.component.instances[0].egress[0].hostKey: unknown key",
+        ),
+        (
+            document({"type": "ftps", "host": "h"}),
+            "$.component.instances[0].egress[0].username: required without credentials",
+        ),
+        (
             document({"type": "local", "path": "/y"}, onComplete={"action": "archive"}),
             "$.component.instances[0].onComplete.archiveDir: the archive action needs it",
         ),
@@ -153,6 +161,20 @@ def test_the_shipped_schema_accepts_every_spec_key():
             "checksumAlgorithm": "CRC32C",
         },
         {"type": "sftp", "host": "h", "credentials": {"$secret": "sftp-login"}},
+        {
+            "type": "ftps",
+            "host": "ftp.example",
+            "port": 990,
+            "baseDir": "up",
+            "username": "edge",
+            "password": {"$secret": "ftp"},
+            "explicitTls": False,
+            "passive": False,
+            "caPath": "/etc/ca.pem",
+            "tempSuffix": ".tmp",
+            "checksumAlgorithm": "SHA256",
+        },
+        {"type": "ftps", "host": "h", "credentials": {"$secret": "ftp-login"}},
     )
     full["credentials"] = {"vaultPath": "/tmp/none"}
     found = validate_document(full, component_schema=component_schema())

@@ -38,7 +38,7 @@ __all__ = [
 TOKEN = "file-egress"
 SCHEMA_FILE = "file-egress.schema.json"
 #: Backends this build delivers with; the others validate but are refused at start.
-BUILT_BACKENDS = frozenset({"local", "objectstore", "sftp"})
+BUILT_BACKENDS = frozenset({"local", "objectstore", "sftp", "ftps"})
 DEFAULT_MULTIPART_BYTES = 8 * 1024 * 1024
 DEFAULT_SETTLE_SECONDS = 5.0
 DEFAULT_PROGRESS_INTERVAL_MS = 1000
@@ -184,7 +184,7 @@ def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
                     parse_host_key(destination["hostKey"])
                 except ValueError as error:
                     yield ConfigIssue(f"{at}.hostKey", str(error))
-            if kind == "sftp":
+            if kind in ("sftp", "ftps"):
                 bundle = "credentials" in destination
                 for name in ("username", "password", "privateKey", "passphrase"):
                     if bundle and name in destination:

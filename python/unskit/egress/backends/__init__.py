@@ -129,6 +129,10 @@ def open_backend(
         from unskit.egress.backends.sftp import SftpBackend
 
         return SftpBackend(settings, secrets)
+    if kind == "ftps":
+        from unskit.egress.backends.ftps import FtpsBackend
+
+        return FtpsBackend(settings, secrets)
     raise ConfigError([ConfigIssue(f"{path}.type", f"backend {kind!r} is not in this build")])
 
 
