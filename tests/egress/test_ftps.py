@@ -19,7 +19,7 @@ from tests.egress.test_process import events as process_events
 from tests.egress.test_process import listener, query
 from tests.messaging.test_client import Inbox
 from tests.support.adapter import framework_sections
-from tests.support.ftps import PASSWORD, FtpsServer
+from tests.support.ftps import PASSWORD, USER, FtpsServer
 from tests.support.mosquitto import Mosquitto
 from tests.support.pki import Pki
 from tests.support.servers import component_process, free_port, wait_until
@@ -205,3 +205,38 @@ def recorded(db: Path) -> int:
     except sqlite3.OperationalError:  # the schema is not created yet
         return 0
     return int(rows[0][0]) if rows else 0
+
+
+def test_active_mode_delivers_too(harness: Harness, explicit: FtpsServer):
+    folder = base()
+    data = write_file(harness.source / "a.bin", 3 * MIB)
+    _, events = harness.start([explicit.destination(folder, passive=False)])
+    wait_until(lambda: events.of("file-completed"), 30, "the file")
+    assert (explicit.root / folder / "a.bin").read_bytes() == data
+
+
+def test_data_connections_resume_the_control_connections_tls_session(ftps: FtpsServer):
+    import ssl
+
+    from unskit.egress.backends.ftps import _Client
+
+    client = _Client(ssl.create_default_context(cafile=str(ftps.pki.ca)), ftps.implicit)
+    client.connect("127.0.0.1", ftps.port)
+    try:
+        # Implicit TLS wraps the socket before the greeting; explicit only at AUTH TLS.
+        assert isinstance(client.sock, ssl.SSLSocket) == ftps.implicit
+        client.login(USER, PASSWORD, secure=True)
+        assert isinstance(client.sock, ssl.SSLSocket)
+        client.prot_p()
+        for _ in range(2):
+            conn = client.transfercmd("LIST")
+            try:
+                while conn.recv(4096):
+                    pass
+                assert isinstance(conn, ssl.SSLSocket)
+                assert conn.session_reused
+            finally:
+                conn.close()
+            client.voidresp()
+    finally:
+        client.close()

@@ -41,13 +41,15 @@ def offset(harness: Harness, dest: str) -> int:
 
 
 def test_files_arrive_verified_and_the_source_goes_only_then(
-    harness: Harness, sshd: Sshd, tmp_path: Path
+    harness: Harness, sshd: Sshd, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ):
     remote = tmp_path / "remote"
     small = write_file(harness.source / "a.csv", 1000)
     big = write_file(harness.source / "d" / "e" / "big.bin", 9 * MIB + 3)
     empty = write_file(harness.source / "empty.dat", 0)
-    _, events = harness.start([sshd.destination(remote / "in", checksumAlgorithm="CRC32C")])
+    _, events = harness.start(
+        [sshd.destination(remote / "in", checksumAlgorithm="CRC32C", fsync=True)]
+    )
     wait_until(lambda: len(events.of("file-completed")) == 3, 60, "three files")
     assert (remote / "in" / "a.csv").read_bytes() == small
     assert (remote / "in" / "d" / "e" / "big.bin").read_bytes() == big
@@ -58,6 +60,8 @@ def test_files_arrive_verified_and_the_source_goes_only_then(
     assert delivered["d/e/big.bin"]["bytesSent"] == len(big)
     assert not (harness.source / "a.csv").exists()
     assert not (harness.source / "d" / "e" / "big.bin").exists()
+    # OpenSSH has fsync@openssh.com: the fsync at each checkpoint was not skipped.
+    assert "fsync is not available" not in caplog.text
 
 
 def test_an_unknown_host_key_is_refused(harness: Harness, sshd: Sshd, tmp_path: Path):
