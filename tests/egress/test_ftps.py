@@ -240,3 +240,27 @@ def test_data_connections_resume_the_control_connections_tls_session(ftps: FtpsS
             client.voidresp()
     finally:
         client.close()
+
+
+def test_a_credentials_bundle_logs_in(explicit: FtpsServer, tmp_path: Path):
+    from tests.egress.test_sftp import Vault
+    from unskit.egress.backends import open_backend
+    from unskit.errors import DestinationError
+
+    settings = explicit.destination("in")
+    del settings["username"], settings["password"]
+    settings["credentials"] = {"$secret": "ftp-login"}
+    vault = Vault({"ftp-login": {"username": USER, "password": PASSWORD}})
+    backend = open_backend(settings, vault)
+    try:
+        assert backend._client().pwd() == "/"  # type: ignore[attr-defined]
+    finally:
+        backend.close()
+    wrong = Vault({"ftp-login": {"username": USER, "password": "wrong-password-value"}})
+    backend = open_backend(settings, wrong)
+    try:
+        with pytest.raises(DestinationError, match="530") as refused:
+            backend._client()  # type: ignore[attr-defined]
+        assert "wrong-password-value" not in str(refused.value)
+    finally:
+        backend.close()

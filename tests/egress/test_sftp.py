@@ -265,3 +265,23 @@ def recorded(db: Path) -> int:
     except sqlite3.OperationalError:  # the schema is not created yet
         return 0
     return int(rows[0][0]) if rows else 0
+
+
+def test_a_refused_password_login_is_a_destination_error(sshd: Sshd, tmp_path: Path):
+    from unskit.egress.backends import open_backend
+    from unskit.errors import DestinationError
+
+    password = "not-the-password-value"
+    vault = Vault({"sftp-login": {"username": sshd.user, "password": password}})
+    settings = sshd.destination(tmp_path)
+    for key in ("username", "privateKey", "passphrase"):
+        del settings[key]
+    settings["credentials"] = {"$secret": "sftp-login"}
+    backend = open_backend(settings, vault)
+    try:
+        # This sshd takes keys only: the password is offered and refused.
+        with pytest.raises(DestinationError, match="BadAuthenticationType") as refused:
+            backend._client()  # type: ignore[attr-defined]
+        assert password not in str(refused.value)
+    finally:
+        backend.close()
