@@ -285,3 +285,27 @@ def test_a_refused_password_login_is_a_destination_error(sshd: Sshd, tmp_path: P
         assert password not in str(refused.value)
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("intact", [True, False])
+def test_a_copy_renamed_before_a_crash_is_verified_not_sent_again(
+    harness: Harness, sshd: Sshd, tmp_path: Path, intact: bool
+):
+    from unskit.egress.state import EgressState
+
+    data = write_file(harness.source / "m.bin", 3 * MIB)
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    # The crash came after the rename and before the verification was recorded.
+    (remote / "m.bin").write_bytes(data if intact else data[:-1] + b"\0")
+    st = (harness.source / "m.bin").stat()
+    state = EgressState(tmp_path / "state" / "egress.sqlite3")
+    file_id = state.add_file("line-1", "m.bin", st.st_size, st.st_mtime_ns, ["sftp"])
+    state.save_offset(file_id, "sftp", st.st_size, st.st_size)
+    state.close()
+    _, events = harness.start([sshd.destination(remote, id="sftp")])
+    wait_until(lambda: events.of("file-completed"), 30, "the completion")
+    delivered = events.of("file-delivered")[0]
+    assert delivered["bytesSent"] == (0 if intact else len(data))
+    assert delivered.get("alreadyDelivered", False) is intact
+    assert (remote / "m.bin").read_bytes() == data
