@@ -77,8 +77,10 @@ class Sshd:
 
     def start(self) -> Sshd:
         sshd = require_binary("sshd")
-        # Privilege separation needs this directory; a system sshd would have made it.
-        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        if os.geteuid() == 0:
+            # Privilege separation (root only) needs this directory; a system sshd would
+            # have made it.
+            Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         subprocess.run([sshd, "-t", "-f", str(self.config)], check=True)
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
