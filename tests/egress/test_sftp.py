@@ -309,3 +309,19 @@ def test_a_copy_renamed_before_a_crash_is_verified_not_sent_again(
     assert delivered["bytesSent"] == (0 if intact else len(data))
     assert delivered.get("alreadyDelivered", False) is intact
     assert (remote / "m.bin").read_bytes() == data
+
+
+def test_a_refused_key_falls_back_to_the_password(sshd: Sshd, tmp_path: Path):
+    from unskit.egress.backends import open_backend
+    from unskit.errors import DestinationError
+
+    settings = sshd.destination(tmp_path, privateKey=str(sshd.other_key), password="pw-value")
+    del settings["passphrase"]
+    backend = open_backend(settings, None)
+    try:
+        # The key is not authorized; the password is then offered, and this sshd refuses
+        # the password method itself (a key-only refusal would be AuthenticationException).
+        with pytest.raises(DestinationError, match="BadAuthenticationType"):
+            backend._client()  # type: ignore[attr-defined]
+    finally:
+        backend.close()

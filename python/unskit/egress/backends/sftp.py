@@ -167,13 +167,18 @@ class SftpBackend:
 
     def _authenticate(self, transport: paramiko.Transport) -> None:
         assert self.username is not None
+        if self.key_text is None and self.key_path is None and self.password is None:
+            raise DestinationError(f"{self.where}: neither a password nor a privateKey is set")
         if self.key_text is not None or self.key_path is not None:
             key = _load_key(self.key_text, self.key_path, self.passphrase)
-            transport.auth_publickey(self.username, key)
-        elif self.password is not None:
+            try:
+                transport.auth_publickey(self.username, key)
+            except paramiko.AuthenticationException:
+                if self.password is None:
+                    raise
+                _log.info("%s: key refused, trying the password", self.where)
+        if not transport.is_authenticated() and self.password is not None:
             transport.auth_password(self.username, self.password.reveal())
-        else:
-            raise DestinationError(f"{self.where}: neither a password nor a privateKey is set")
         if not transport.is_authenticated():
             raise DestinationError(f"{self.where}: authentication as {self.username} failed")
 
