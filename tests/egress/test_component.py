@@ -63,8 +63,41 @@ def issues(doc: dict[str, Any]) -> list[str]:
             "$.component.instances[0].egress[0].kmsKeyId: applies only with sse aws:kms",
         ),
         (
+            document({"type": "http", "url": "https://h"}),
+            "$.component.instances[0].egress[0].type: backend 'http' is not available",
+        ),
+        (
+            document({"type": "sftp", "host": "h", "username": "u", "hostKey": "ssh-rsa x"}),
+            "$.component.instances[0].egress[0].hostKey: not an SSH public key line",
+        ),
+        (
             document({"type": "sftp", "host": "h"}),
-            "$.component.instances[0].egress[0].type: backend 'sftp' is not available",
+            "$.component.instances[0].egress[0].username: required without credentials",
+        ),
+        (
+            {
+                **document(
+                    {"type": "sftp", "host": "h", "username": "u", "credentials": {"$secret": "f"}}
+                ),
+                "credentials": {"vaultPath": "/tmp/none"},
+            },
+            "$.component.instances[0].egress[0].username: not allowed with credentials",
+        ),
+        (
+            document({"type": "sftp", "host": "h", "username": "u", "tempSuffix": "a/b"}),
+            "$.component.instances[0].egress[0].tempSuffix",
+        ),
+        (
+            document({"type": "sftp", "host": "h", "username": "u", "insecure": True}),
+            "$.component.instances[0].egress[0].insecure: unknown key",
+        ),
+        (
+            document({"type": "ftps", "host": "h", "username": "u", "hostKey": "k"}),
+            "$.component.instances[0].egress[0].hostKey: unknown key",
+        ),
+        (
+            document({"type": "ftps", "host": "h"}),
+            "$.component.instances[0].egress[0].username: required without credentials",
         ),
         (
             document({"type": "local", "path": "/y"}, onComplete={"action": "archive"}),
@@ -111,6 +144,37 @@ def test_the_shipped_schema_accepts_every_spec_key():
                 "maxConcurrentParts": 8,
             },
         },
+        {
+            "type": "sftp",
+            "host": "sftp.example",
+            "port": 2222,
+            "baseDir": "/in",
+            "username": "edge",
+            "password": {"$secret": "sftp", "field": "password"},
+            "privateKey": "/keys/id_ed25519",
+            "passphrase": {"$secret": "sftp", "field": "passphrase"},
+            "hostKey": "ssh-ed25519 "
+            "AAAAC3NzaC1lZDI1NTE5AAAAIEoH1fvV0Wn1z+R2iDl1dcS4Rl6dh0D0cR1wqZnS0H0k",
+            "insecureAcceptAnyHostKey": False,
+            "tempSuffix": ".part",
+            "fsync": True,
+            "checksumAlgorithm": "CRC32C",
+        },
+        {"type": "sftp", "host": "h", "credentials": {"$secret": "sftp-login"}},
+        {
+            "type": "ftps",
+            "host": "ftp.example",
+            "port": 990,
+            "baseDir": "up",
+            "username": "edge",
+            "password": {"$secret": "ftp"},
+            "explicitTls": False,
+            "passive": False,
+            "caPath": "/etc/ca.pem",
+            "tempSuffix": ".tmp",
+            "checksumAlgorithm": "SHA256",
+        },
+        {"type": "ftps", "host": "h", "credentials": {"$secret": "ftp-login"}},
     )
     full["credentials"] = {"vaultPath": "/tmp/none"}
     found = validate_document(full, component_schema=component_schema())

@@ -6,8 +6,11 @@ aws:kms, a backend this build has) are checked here, also with their JSON path."
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import os
+import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,12 +32,13 @@ __all__ = [
     "component_schema",
     "configuration_issues",
     "parse_component",
+    "parse_host_key",
 ]
 
 TOKEN = "file-egress"
 SCHEMA_FILE = "file-egress.schema.json"
 #: Backends this build delivers with; the others validate but are refused at start.
-BUILT_BACKENDS = frozenset({"local", "objectstore"})
+BUILT_BACKENDS = frozenset({"local", "objectstore", "sftp", "ftps"})
 DEFAULT_MULTIPART_BYTES = 8 * 1024 * 1024
 DEFAULT_SETTLE_SECONDS = 5.0
 DEFAULT_PROGRESS_INTERVAL_MS = 1000
@@ -108,6 +112,24 @@ def _retry(section: Mapping[str, Any], base: RetryPolicy) -> RetryPolicy:
     )
 
 
+def parse_host_key(line: str) -> tuple[str, bytes]:
+    """The key type and blob of a pinned host key line (`type base64`, optionally after a
+    known_hosts host field); ValueError when it is not one."""
+    fields = line.split()
+    for index in range(len(fields) - 1):
+        kind, text = fields[index], fields[index + 1]
+        try:
+            blob = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        # The blob starts with its own type name: a length-prefixed string.
+        if len(blob) >= 4:
+            (length,) = struct.unpack(">I", blob[:4])
+            if blob[4 : 4 + length] == kind.encode():
+                return kind, blob
+    raise ValueError('not an SSH public key line ("ssh-ed25519 AAAA...")')
+
+
 def destination_id(entry: Mapping[str, Any], index: int) -> str:
     """An entry's id, or ``{type}-{index + 1}`` when it sets none."""
     return str(entry.get("id") or f"{entry['type']}-{index + 1}")
@@ -157,6 +179,18 @@ def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
                 root = Path(os.path.abspath(destination["path"]))
                 if root == source or source in root.parents:
                     yield ConfigIssue(f"{at}.path", "must not lie inside the source directory")
+            if kind == "sftp" and "hostKey" in destination:
+                try:
+                    parse_host_key(destination["hostKey"])
+                except ValueError as error:
+                    yield ConfigIssue(f"{at}.hostKey", str(error))
+            if kind in ("sftp", "ftps"):
+                bundle = "credentials" in destination
+                for name in ("username", "password", "privateKey", "passphrase"):
+                    if bundle and name in destination:
+                        yield ConfigIssue(f"{at}.{name}", "not allowed with credentials")
+                if not bundle and "username" not in destination:
+                    yield ConfigIssue(f"{at}.username", "required without credentials")
             if kind == "objectstore":
                 if "kmsKeyId" in destination and destination.get("sse") != "aws:kms":
                     yield ConfigIssue(f"{at}.kmsKeyId", "applies only with sse aws:kms")

@@ -125,6 +125,14 @@ def open_backend(
         from unskit.egress.backends.objectstore import ObjectStoreBackend
 
         return ObjectStoreBackend(settings, secrets)
+    if kind == "sftp":
+        from unskit.egress.backends.sftp import SftpBackend
+
+        return SftpBackend(settings, secrets)
+    if kind == "ftps":
+        from unskit.egress.backends.ftps import FtpsBackend
+
+        return FtpsBackend(settings, secrets)
     raise ConfigError([ConfigIssue(f"{path}.type", f"backend {kind!r} is not in this build")])
 
 
