@@ -175,14 +175,21 @@ class Runtime:
 
     # -- wiring ---------------------------------------------------------------------------
 
-    def start(self, app: ComponentApp | None = None, loader: ConfigLoader | None = None) -> Runtime:
+    def start(
+        self,
+        app: ComponentApp | None = None,
+        loader: ConfigLoader | None = None,
+        *,
+        signals: bool = False,
+    ) -> Runtime:
         """Starts logging, the embedded broker, messaging, probes, metrics, heartbeat, `app`;
         on a failure, stops what already started and raises. `loader` is the configuration
-        source the reload-config verb reads again."""
+        source the reload-config verb reads again; `signals` installs the SIGTERM/SIGINT
+        handlers before the probes can report ready (what `run` does)."""
         if loader is not None:
             self._loader = loader
         try:
-            return self._start(app)
+            return self._start(app, signals)
         except BaseException:
             _log.exception("start-up failed; stopping what already started")
             if self._coordinator is not None:
@@ -199,7 +206,7 @@ class Runtime:
         if self.embedded_broker is not None:
             self.embedded_broker.stop()
 
-    def _start(self, app: ComponentApp | None) -> Runtime:
+    def _start(self, app: ComponentApp | None, signals: bool) -> Runtime:
         config = self.config
         configure_logging(config.logging, config.platform)
         _log.info(
@@ -215,8 +222,6 @@ class Runtime:
         if config.health.enabled_for(config.platform):
             self.readiness = ReadinessState(self._messaging.connected)
             self.health = HealthServer(config.health, self.readiness)
-            self.health.start()
-            _log.info("health probes on port %s", self.health.port)
         coordinator = ShutdownCoordinator(self.readiness, self.health)
         self._coordinator = coordinator
         # Registered before anything else starts, so a failed start-up drains the same way.
@@ -230,6 +235,12 @@ class Runtime:
         coordinator.add_drain_step("messaging", lambda: self.get_messaging().close(DRAIN_TIMEOUT_S))
         if self.embedded_broker is not None:
             coordinator.add_drain_step("embedded broker", self.embedded_broker.stop)
+        # Before the probes answer: whoever sees ready may signal, and must get a drain.
+        if signals:
+            coordinator.install_signal_handlers()
+        if self.health is not None:
+            self.health.start()
+            _log.info("health probes on port %s", self.health.port)
 
         local = _LibraryPublisher(self._messaging, northbound=False)
         cloud = (
@@ -372,7 +383,7 @@ class Runtime:
         # Watching starts before anything else, so no change slips in during start-up.
         watch = loader.watch(lambda config: self._apply_watched(config, app)) if loader else None
         try:
-            self.start(app, loader)
+            self.start(app, loader, signals=True)
         except BaseException:
             if watch is not None:
                 watch.close()
@@ -381,7 +392,6 @@ class Runtime:
         if watch is not None:
             # First in line: no change is applied while the component drains.
             self._coordinator.add_drain_step("configuration watch", watch.close, first=True)
-        self._coordinator.install_signal_handlers()
         _log.info("%s running", self.config.component_token)
         # The signal handler shuts down and exits 0 (SystemExit interrupts this wait).
         self._stopped.wait()
