@@ -33,7 +33,7 @@ def _common(output: Path, area: str) -> dict[str, Any]:
         "hierarchy": {"levels": ["site", "area", "device"]},
         "identity": {"site": "plant-1", "area": area},
         "topic": {"root": ROOT},
-        # The supervisor passes --broker; this is what the generated file says on its own.
+        # The supervisor writes the broker it runs on into each file it generates.
         "messaging": {"local": {"host": "127.0.0.1", "port": 1883}},
         "commands": {"stateDir": str(output / "state")},
         "heartbeat": {"intervalSeconds": 10},

@@ -173,6 +173,8 @@ class Supervisor:
         for component in self.components:
             component.health_port = free_port()
             component.document["health"] = {"enabled": True, "port": component.health_port}
+            # The files name the running broker, so `unskit call -c FILE` needs no --broker.
+            component.document["messaging"] = {"local": {"host": host, "port": port}}
             config = self.output / "config" / f"{component.name}.json"
             config.write_text(json.dumps(component.document, indent=2) + "\n")
             command = [sys.executable, "-m", "unskit.cli", "run", component.name]
@@ -371,7 +373,12 @@ def describe(topic: str, message: Message) -> str | None:
         return None
     stamp = time.strftime("%H:%M:%S", time.localtime(message.header.timestamp_ms / 1000))
     identity = message.identity
-    source = (identity.instance or identity.component) if identity is not None else "?"
+    if identity is not None:
+        source = identity.instance or identity.component
+    else:
+        # A command request carries no identity: the topic names whom it addresses.
+        levels = topic.split("/") + ["?", "?", "?", "?"]
+        source = levels[3] if levels[3] != cls else levels[2]
     body = message.body if isinstance(message.body, dict) else {}
     name = message.header.name
     if name == "SouthboundSignalUpdate":
@@ -410,6 +417,9 @@ def describe(topic: str, message: Message) -> str | None:
     elif cls == "state":
         kind = cls
         what = topic.rsplit("/", 1)[-1]
+    elif cls == "cmd":
+        kind = cls
+        what = f"{topic.rsplit('/', 1)[-1]} requested"
     else:
         kind = cls
         what = f"{topic.rsplit('/', 1)[-1]} ({name})"
