@@ -97,3 +97,10 @@ def test_help_explains_the_options(option: str) -> None:
     )
     assert result.returncode == 0
     assert option in result.stdout
+
+
+def test_a_malformed_broker_address_is_a_usage_error(tmp_path: Path) -> None:
+    result = demo(tmp_path / "out", "--broker", "localhost")
+    assert result.returncode == 2
+    assert "is not HOST:PORT" in result.stderr
+    assert not (tmp_path / "out").exists()

@@ -144,7 +144,8 @@ class Supervisor:
             self._where(host, port)
             self._stop.wait(duration)
         finally:
-            self._print("\nstopping: each component turns readiness off, drains, exits")
+            if any(c.process is not None for c in self.components):
+                self._print("\nstopping: each component turns readiness off, drains, exits")
             self._stop_components()
             if watcher is not None:
                 watcher.close(2)
@@ -160,7 +161,7 @@ class Supervisor:
     def _start_broker(self) -> tuple[str, int]:
         if self._broker_address is not None:
             host, _, port = self._broker_address.rpartition(":")
-            return host or "127.0.0.1", int(port)
+            return host, int(port)
         try:
             self._embedded = EmbeddedBroker(self._port or free_port()).start()
         except UnskitError as error:
@@ -377,7 +378,7 @@ def describe(topic: str, message: Message) -> str | None:
         source = identity.instance or identity.component
     else:
         # A command request carries no identity: the topic names whom it addresses.
-        levels = topic.split("/") + ["?", "?", "?", "?"]
+        levels = [*topic.split("/"), "?", "?", "?", "?"]
         source = levels[3] if levels[3] != cls else levels[2]
     body = message.body if isinstance(message.body, dict) else {}
     name = message.header.name
@@ -442,6 +443,13 @@ def _prepare(output: Path) -> None:
     (output / MARKER).write_text("written by `unskit demo`; the next run empties this folder\n")
 
 
+def _address(text: str) -> str:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    return text
+
+
 def demo_main(args: argparse.Namespace) -> int:
     """`unskit demo`."""
     output = Path(args.output).resolve()
@@ -489,6 +497,7 @@ def add_demo_parser(commands: Any) -> None:
     )
     broker.add_argument(
         "--broker",
+        type=_address,
         metavar="HOST:PORT",
         help="use this existing broker instead of the embedded one",
     )
