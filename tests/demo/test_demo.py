@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +106,31 @@ def test_a_malformed_broker_address_is_a_usage_error(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "is not HOST:PORT" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_component_that_dies_stops_the_demo_with_exit_1(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "unskit.cli", "demo", "--output", str(tmp_path / "out")]
+    # --duration bounds the run should the kill not be noticed.
+    process = subprocess.Popen(
+        [*command, "--duration", "90"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert process.stdout is not None
+    lines: list[str] = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if match := re.match(r"^  camera-adapter\s+pid (\d+)", line):
+                camera = int(match.group(1))
+            if line.startswith("time "):
+                os.kill(camera, signal.SIGKILL)
+                break
+        lines.extend(process.stdout)
+        assert process.wait(60) == 1
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    text = "".join(lines)
+    assert "camera-adapter exited on its own (-9)" in text, text
+    assert re.search(r"^  exit\s+camera-adapter: -9$", text, re.MULTILINE), text
+    assert re.search(r"^  exit\s+file-egress: 0$", text, re.MULTILINE), text

@@ -40,6 +40,8 @@ MARKER = ".unskit-demo"
 #: The producers stop first; the egress last, once it has shipped what they made.
 PRODUCERS = ("camera-adapter", "ethernet-ip-adapter")
 EXIT_MISMATCH = 1
+#: How often the supervisor checks that every component is still running.
+MONITOR_INTERVAL_S = 0.5
 #: Wide enough for every component and instance name of the demo.
 SOURCE_WIDTH = 19
 #: Hex digits of an image's SHA-256 the live view shows.
@@ -142,7 +144,7 @@ class Supervisor:
             watcher = self._watch(host, port)
             self._start_components(host, port)
             self._where(host, port)
-            self._stop.wait(duration)
+            self._run_until(duration)
         finally:
             if any(c.process is not None for c in self.components):
                 self._print("\nstopping: each component turns readiness off, drains, exits")
@@ -154,6 +156,25 @@ class Supervisor:
             signal.signal(signal.SIGINT, previous_int)
             signal.signal(signal.SIGTERM, previous_term)
         return self._summary()
+
+    def _run_until(self, duration: float | None) -> None:
+        """Until the duration is up, Ctrl-C or SIGTERM, or a component exits on its own."""
+        deadline = None if duration is None else time.monotonic() + duration
+        while True:
+            timeout = MONITOR_INTERVAL_S
+            if deadline is not None:
+                timeout = min(timeout, max(deadline - time.monotonic(), 0.0))
+            if self._stop.wait(timeout):
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            for component in self.components:
+                assert component.process is not None
+                code = component.process.poll()
+                if code is not None:
+                    log = self.output / "logs" / f"{component.name}.log"
+                    self._print(f"\n{component.name} exited on its own ({code}); see {log}")
+                    return
 
     def _on_signal(self, _signum: int, _frame: FrameType | None) -> None:
         self._stop.set()
