@@ -87,6 +87,7 @@ class Capture:
     capture_id: str
     relative_path: str
     sha256: str
+    sidecar_path: str | None = None
 
 
 @dataclass
@@ -242,7 +243,7 @@ class Supervisor:
             self._print(f"  {component.name:<20} exited {component.exit_code}")
 
     def _await_deliveries(self) -> None:
-        """Waits (bounded) until the egress has delivered every announced image."""
+        """Waits (bounded) until the egress has delivered every announced image and sidecar."""
         deadline = time.monotonic() + DELIVERY_TIMEOUT_S
         pending = self._undelivered()
         if pending:
@@ -255,7 +256,12 @@ class Supervisor:
         with self.tally.lock:
             captures = list(self.tally.captures)
         destination = self.output / "delivered"
-        return [c for c in captures if not (destination / c.relative_path).is_file()]
+        return [
+            c
+            for c in captures
+            if not (destination / c.relative_path).is_file()
+            or (c.sidecar_path is not None and not (destination / c.sidecar_path).is_file())
+        ]
 
     # -- the live view ----------------------------------------------------------------------
 
@@ -286,6 +292,7 @@ class Supervisor:
                         str(body.get("captureId")),
                         str(image.get("relativePath")),
                         str(image.get("sha256")),
+                        image.get("metadataSidecarRelativePath"),
                     )
                 )
             elif name.startswith("ImageCapture"):
