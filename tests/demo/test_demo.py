@@ -108,7 +108,8 @@ def test_a_malformed_broker_address_is_a_usage_error(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
-def test_a_component_that_dies_stops_the_demo_with_exit_1(tmp_path: Path) -> None:
+@pytest.mark.parametrize("victim", ["camera-adapter", "file-egress"])
+def test_a_component_that_dies_stops_the_demo_with_exit_1(victim: str, tmp_path: Path) -> None:
     command = [sys.executable, "-m", "unskit.cli", "demo", "--output", str(tmp_path / "out")]
     # --duration bounds the run should the kill not be noticed.
     process = subprocess.Popen(
@@ -119,10 +120,10 @@ def test_a_component_that_dies_stops_the_demo_with_exit_1(tmp_path: Path) -> Non
     try:
         for line in process.stdout:
             lines.append(line)
-            if match := re.match(r"^  camera-adapter\s+pid (\d+)", line):
-                camera = int(match.group(1))
+            if match := re.match(rf"^  {victim}\s+pid (\d+)", line):
+                pid = int(match.group(1))
             if line.startswith("time "):
-                os.kill(camera, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
                 break
         lines.extend(process.stdout)
         assert process.wait(60) == 1
@@ -131,6 +132,7 @@ def test_a_component_that_dies_stops_the_demo_with_exit_1(tmp_path: Path) -> Non
             process.kill()
             process.wait(10)
     text = "".join(lines)
-    assert "camera-adapter exited on its own (-9)" in text, text
-    assert re.search(r"^  exit\s+camera-adapter: -9$", text, re.MULTILINE), text
-    assert re.search(r"^  exit\s+file-egress: 0$", text, re.MULTILINE), text
+    assert f"{victim} exited on its own (-9)" in text, text
+    for name in COMPONENTS:
+        code = -9 if name == victim else 0
+        assert re.search(rf"^  exit\s+{name}: {code}$", text, re.MULTILINE), text

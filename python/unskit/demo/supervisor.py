@@ -248,7 +248,8 @@ class Supervisor:
         pending = self._undelivered()
         if pending:
             self._print(f"  waiting for the egress to deliver {len(pending)} more image(s)")
-        while pending and time.monotonic() < deadline:
+        egress = [c.process for c in self.components if c.name not in PRODUCERS and c.process]
+        while pending and time.monotonic() < deadline and all(p.poll() is None for p in egress):
             time.sleep(0.2)  # polling the destination folder; nothing to wait on instead
             pending = self._undelivered()
 
