@@ -13,15 +13,17 @@ EXTRAS := embedded,egress,test,lint,bench
 .PHONY: help demo test lint fmt bench fuzz system-deps venv build clean
 
 help:
-	@echo "make demo   build, then run the edge demo"
+	@echo "make demo   build, then run the edge demo (broker, PLC, cameras, egress) until Ctrl-C"
 	@echo "make test   install what tests need, build, lint, cargo test, pytest"
 	@echo "make bench  benchmarks, ours beside each anchor (writes benches/results.json)"
 	@echo "make lint   ruff, mypy --strict, stubtest, cargo fmt --check, clippy"
 	@echo "make fmt    format Python and Rust"
 	@echo "make fuzz   bounded cargo-fuzz runs of the CIP parsers (nightly, cargo-fuzz)"
 
+# Until Ctrl-C; e.g. `make demo DEMO_ARGS="--duration 60"` (see `unskit demo --help`).
+DEMO_ARGS ?=
 demo: build
-	unskit demo
+	unskit demo $(DEMO_ARGS)
 
 test: system-deps build lint
 	cargo test -p unskit-core --release

@@ -19,29 +19,14 @@ from unskit.config.loader import ConfigLoader, add_config_arguments, resolve_con
 from unskit.config.schema import is_topic_level, validate_document
 from unskit.config.secrets import SecretRef
 from unskit.config.vault import DEFAULT_KEY_ENV, Vault, VaultKey
+from unskit.demo.supervisor import add_demo_parser
 from unskit.egress.cli import add_egress_parser
-from unskit.envelope import Identity, Message, MessageBuilder
 from unskit.errors import ConfigError, ConfigIssue, SecretError
 from unskit.messaging.tools import add_tool_parsers
 from unskit.runtime.component import ComponentApp, load_component, run_component
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
-
-
-def _demo(_: argparse.Namespace) -> int:
-    identity = Identity("enterprise/site/line/device", "acme/plant-1/line-4/gw-01", "demo")
-    message = (
-        MessageBuilder("demo-reading", "1")
-        .identity(identity)
-        .body({"temperature": 21.5, "unit": "C", "ok": True})
-        .build()
-    )
-    wire = message.to_bytes()
-    decoded = Message.from_bytes(wire)
-    print(f"built and encoded {message!r} into {len(wire)} bytes")
-    print(f"decoded: {decoded.to_diagnostic_json()}")
-    return 0 if decoded == message else 1
 
 
 # -- validate --------------------------------------------------------------------------------
@@ -256,8 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="unskit", description="unskit command line")
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="run the demo")
-    demo.set_defaults(run=_demo)
+    add_demo_parser(commands)
 
     validate = commands.add_parser(
         "validate", help="validate a configuration; exit 2 listing every error"

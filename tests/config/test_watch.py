@@ -229,3 +229,14 @@ def test_missing_directory_cannot_be_watched(tmp_path: Path) -> None:
     watcher = DirectoryWatcher(tmp_path / "absent", lambda: None)
     with pytest.raises(OSError, match="cannot watch"):
         watcher.start()
+
+
+def test_a_new_subdirectory_is_a_change(tmp_path: Path) -> None:
+    # Nothing else follows a mkdir: without this a recursive watcher never learns of it.
+    changed = threading.Event()
+    watcher = DirectoryWatcher(tmp_path, changed.set).start()
+    try:
+        (tmp_path / "cam-1").mkdir()
+        assert changed.wait(DEADLINE)
+    finally:
+        watcher.close()

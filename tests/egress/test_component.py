@@ -195,7 +195,8 @@ def test_unskit_run_refuses_a_bad_configuration_naming_the_path(tmp_path: Path):
 
 
 @pytest.fixture
-def adapters(broker: Mosquitto, tmp_path: Path):
+def adapters(broker: Mosquitto, tmp_path: Path, restore_root_logging: None):
+    # The in-process Runtime configures the root logger; later tests expect it as it was.
     harness = AdapterHarness(broker, tmp_path)
     yield harness
     harness.close()

@@ -51,6 +51,20 @@ def test_archive_moves_the_source_after_delivery(harness: Harness, tmp_path):
     assert not (harness.source / "x" / "r.json").exists()
 
 
+def test_a_file_renamed_into_a_new_subdirectory_is_delivered(harness: Harness, tmp_path):
+    # The camera adapter's pattern: mkdir {camera}/{date}, then rename a finished file in.
+    out = tmp_path / "out"
+    write_file(harness.source / "first.jpg", 100)
+    _, events = harness.start([local(out)])
+    # Once the first file is done the scanner is idle: only inotify can wake it.
+    wait_until(lambda: events.of("file-completed"), 20, "the first file")
+    data = write_file(tmp_path / "staging" / "img.jpg", 2000)
+    (harness.source / "cam-1" / "day").mkdir(parents=True)
+    os.replace(tmp_path / "staging" / "img.jpg", harness.source / "cam-1" / "day" / "img.jpg")
+    wait_until(lambda: len(events.of("file-completed")) == 2, 20, "the file in the new folder")
+    assert (out / "cam-1" / "day" / "img.jpg").read_bytes() == data
+
+
 def test_a_file_without_its_completion_marker_is_never_sent(harness: Harness, tmp_path):
     out = tmp_path / "out"
     write_file(harness.source / "waiting.csv", 100)

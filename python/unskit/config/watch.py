@@ -38,6 +38,7 @@ IN_MOVE_SELF = 0x00000800
 IN_Q_OVERFLOW = 0x00004000
 IN_IGNORED = 0x00008000
 IN_ONLYDIR = 0x01000000
+IN_ISDIR = 0x40000000
 IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = getattr(os, "O_CLOEXEC", 0o2000000)
 
@@ -214,8 +215,10 @@ class DirectoryWatcher:
                     gone = True
                 elif mask & IN_Q_OVERFLOW:
                     relevant = True  # events were lost: re-read to be sure
-                elif mask & IN_CREATE and not self._is_link(name):
+                elif mask & IN_CREATE and not mask & IN_ISDIR and not self._is_link(name):
                     # A new regular file is empty until written; IN_CLOSE_WRITE follows.
+                    # A new directory has no such follow-up: a recursive watcher (the
+                    # egress) must hear of it to watch it before files land in it.
                     continue
                 else:
                     relevant = True

@@ -348,6 +348,10 @@ class InstancePipeline:
             ).start()
         except OSError as error:
             _log.warning("instance %s: cannot watch %s: %s", self.spec.id, directory, error)
+            return
+        # The directory was listed before its watch existed: what landed in between (a new
+        # subdirectory, a file renamed in) raised no event, so one more scan looks again.
+        self._changed()
 
     def scan(self) -> float | None:
         """Queues every settled file; returns seconds until the next settle deadline."""

@@ -1,0 +1,1 @@
+"""`unskit demo`: the whole edge stack for a first-time user."""

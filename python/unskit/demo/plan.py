@@ -1,0 +1,147 @@
+"""What `unskit demo` runs: one configuration document per component, all under one output
+folder, wired so the file egress ships what the camera adapter captures.
+
+Layout of the output folder::
+
+    config/     the generated configuration of each component (run them yourself)
+    logs/       each component's log
+    state/      command and catalog databases (commands.stateDir)
+    images/     the camera adapter's output root; the egress watches it
+    delivered/  the egress destination
+    archive/    sources the egress delivered and verified (kept, not deleted)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CAMERAS", "EGRESS_INSTANCE", "PLC", "ROOT", "THING", "demo_documents"]
+
+#: The thing name (device level) every demo component runs as, and the UNS root.
+THING = "gw-01"
+ROOT = "uns"
+#: The sim PLC instance and the sim cameras.
+PLC = "press-1"
+CAMERAS = ("cam-top", "cam-side")
+#: The egress instance that ships the camera's images.
+EGRESS_INSTANCE = "camera-images"
+
+
+def _common(output: Path, area: str) -> dict[str, Any]:
+    return {
+        "hierarchy": {"levels": ["site", "area", "device"]},
+        "identity": {"site": "plant-1", "area": area},
+        "topic": {"root": ROOT},
+        # The supervisor writes the broker it runs on into each file it generates.
+        "messaging": {"local": {"host": "127.0.0.1", "port": 1883}},
+        "commands": {"stateDir": str(output / "state")},
+        "heartbeat": {"intervalSeconds": 10},
+        "logging": {"level": "INFO"},
+    }
+
+
+def _plc(output: Path) -> dict[str, Any]:
+    def signal(name: str, tag: str, kind: str, **extra: Any) -> dict[str, Any]:
+        return {"name": name, "tagPath": tag, "type": kind, **extra}
+
+    return {
+        **_common(output, "stamping"),
+        "component": {
+            "global": {"defaults": {"pollIntervalMs": 1000, "publishMode": "onChange"}},
+            "instances": [
+                {
+                    "id": PLC,
+                    "adapter": "sim",
+                    "connection": {"endpoint": "sim.local"},
+                    "pollGroups": [
+                        {
+                            "id": "fast",
+                            "signals": [
+                                # A sine: a 2-unit deadband keeps the view readable.
+                                signal(
+                                    "spindle-speed",
+                                    "Program:Main.SpindleSpeed",
+                                    "REAL",
+                                    deadband={"type": "absolute", "value": 2},
+                                ),
+                                signal("running", "Program:Main.Running", "BOOL"),
+                            ],
+                        },
+                        {
+                            "id": "slow",
+                            "pollIntervalMs": 2000,
+                            "signals": [signal("part-count", "PartCount", "UDINT")],
+                        },
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def _cameras(output: Path) -> dict[str, Any]:
+    top, side = CAMERAS
+    return {
+        **_common(output, "inspection"),
+        "component": {
+            "cameras": [
+                {
+                    "instance": top,
+                    "backend": "sim",
+                    "connection": {"width": 640, "height": 480, "latencyMs": 20},
+                    "schedules": [{"id": "every-4s", "intervalMs": 4000}],
+                },
+                {
+                    "instance": side,
+                    "backend": "sim",
+                    "connection": {"width": 320, "height": 240, "pixelFormat": "mono8"},
+                    "schedules": [{"id": "every-5s", "intervalMs": 5000}],
+                },
+            ],
+            "captureProfiles": {"default": {"quality": 85}},
+            # A demo folder is throwaway: no fsync, and no free-space floor to trip on.
+            "storage": {
+                "outputRoot": str(output / "images"),
+                "fsync": False,
+                "outputMinFreeBytes": 0,
+                "stateMinFreeBytes": 0,
+            },
+        },
+    }
+
+
+def _egress(output: Path) -> dict[str, Any]:
+    return {
+        **_common(output, "inspection"),
+        "component": {
+            "global": {"retry": {"initialBackoffMs": 500, "maxBackoffMs": 5000}},
+            "instances": [
+                {
+                    "id": EGRESS_INSTANCE,
+                    "source": {
+                        "path": str(output / "images"),
+                        # Images and their JSON sidecars; the camera writes both under
+                        # temporary names in .partial/ and renames them into place, so
+                        # .partial is excluded and a short settle time is enough.
+                        "include": ["*.jpg", "*.json"],
+                        "exclude": [".partial/*"],
+                        "recursive": True,
+                        "settleSeconds": 0.5,
+                    },
+                    "onComplete": {"action": "archive", "archiveDir": str(output / "archive")},
+                    "egress": [{"id": "local", "type": "local", "path": str(output / "delivered")}],
+                }
+            ],
+        },
+    }
+
+
+def demo_documents(output: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(component name, configuration) of each demo process, in start order, under `output`."""
+    # The egress first, so it watches the image folder before the first capture lands.
+    return [
+        ("file-egress", _egress(output)),
+        ("ethernet-ip-adapter", _plc(output)),
+        ("camera-adapter", _cameras(output)),
+    ]
