@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -267,9 +268,11 @@ class _Link:
             self._matching.clear()
         for future in pending:
             self.settle(future, error=MessagingError(f"messaging {self.name} closed"))
+        # One deadline for the whole link: n subscriptions must not add up to n timeouts.
+        deadline = time.monotonic() + timeout
         for subscription in subscriptions:
-            subscription.close(timeout)
-        self.transport.close(timeout)
+            subscription.close(max(0.0, deadline - time.monotonic()))
+        self.transport.close(max(0.0, deadline - time.monotonic()))
 
 
 def _check_filter(topic_filter: str) -> None:
@@ -474,9 +477,10 @@ class MessagingClient:
             if self._closed:
                 return
             self._closed = True
+        deadline = time.monotonic() + timeout
         for link in (self._northbound, self._local):
             if link is not None:
-                link.close(timeout)
+                link.close(max(0.0, deadline - time.monotonic()))
         self._timer.stop()
 
     def _require_northbound(self) -> _Link:

@@ -11,6 +11,8 @@ import argparse
 import contextlib
 import dataclasses
 import logging
+import select
+import signal
 import socket
 import sys
 import threading
@@ -105,6 +107,8 @@ class Runtime:
         self._heartbeat_stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._stopped = threading.Event()
+        #: Wakes the main thread's wait in `run` (see `_wait_until_stopped`).
+        self._wakeup: socket.socket | None = None
         self._coordinator: ShutdownCoordinator | None = None
         self._app_started = False
         self._app: ComponentApp | None = None
@@ -165,6 +169,9 @@ class Runtime:
         if self._coordinator is not None:
             self._coordinator.shutdown()
         self._stopped.set()
+        if self._wakeup is not None:
+            with contextlib.suppress(OSError):
+                self._wakeup.send(b"\0")
 
     @property
     def shutting_down(self) -> bool:
@@ -394,8 +401,31 @@ class Runtime:
             self._coordinator.add_drain_step("configuration watch", watch.close, first=True)
         _log.info("%s running", self.config.component_token)
         # The signal handler shuts down and exits 0 (SystemExit interrupts this wait).
-        self._stopped.wait()
+        self._wait_until_stopped()
         return 0
+
+    def _wait_until_stopped(self) -> None:
+        """Blocks until shutdown. The kernel may deliver SIGTERM to any thread, and then a
+        plain Event.wait() in the main thread never returns to run the Python handler; the
+        main thread therefore waits on the signal wakeup fd, which every signal writes to."""
+        if threading.current_thread() is not threading.main_thread():
+            self._stopped.wait()
+            return
+        receive, send = socket.socketpair()
+        receive.setblocking(False)
+        send.setblocking(False)
+        self._wakeup = send
+        previous = signal.set_wakeup_fd(send.fileno(), warn_on_full_buffer=False)
+        try:
+            while not self._stopped.is_set():
+                select.select([receive], [], [])
+                with contextlib.suppress(BlockingIOError):
+                    receive.recv(512)
+        finally:
+            signal.set_wakeup_fd(previous)
+            self._wakeup = None
+            receive.close()
+            send.close()
 
 
 def _free_port() -> int:
