@@ -6,6 +6,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 from unskit.camera.codec import Frame
 from unskit.config.secrets import SecretResolver
@@ -49,6 +50,28 @@ class Backend(Protocol):
     def close(self) -> None:
         """Releases the connection."""
         ...
+
+
+def still_capabilities(mode: str, vendor: Any, model: Any) -> dict[str, Any]:
+    """The capabilities of a camera that takes stills in one mode and has no PTZ."""
+    return {
+        "captureModes": [mode],
+        "ptz": False,
+        "presets": False,
+        "presetMutation": False,
+        "vendor": vendor,
+        "model": model,
+        "warnings": [],
+    }
+
+
+def redacted_uri(uri: str) -> str:
+    """The URI without user information or query (which may carry tokens)."""
+    parts = urlsplit(uri)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def create_backend(

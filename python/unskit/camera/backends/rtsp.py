@@ -15,7 +15,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import cv2
 import numpy as np
 
-from unskit.camera.backends import Acquired
+from unskit.camera.backends import Acquired, redacted_uri, still_capabilities
 from unskit.camera.codec import Frame
 from unskit.commands.codes import ErrorCode
 from unskit.config.secrets import SecretRef, SecretResolver, resolve_value
@@ -36,14 +36,6 @@ READ_TIMEOUT_MS = 5_000
 _BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
 
 
-def _redacted(uri: str) -> str:
-    parts = urlsplit(uri)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
 class RtspBackend:
     """One warm RTSP session per camera; `reconnect` drops it."""
 
@@ -52,7 +44,7 @@ class RtspBackend:
 
     def __init__(self, connection: Mapping[str, Any], secrets: SecretResolver | None) -> None:
         self.uri = str(connection["uri"])
-        self.where = _redacted(self.uri)
+        self.where = redacted_uri(self.uri)
         self.vendor = connection.get("vendor")
         self.model = connection.get("model")
         self.transport = str(connection.get("transport", "tcp"))
@@ -75,15 +67,7 @@ class RtspBackend:
 
     def capabilities(self) -> dict[str, Any]:
         """Frames from a stream; PTZ is a later issue."""
-        return {
-            "captureModes": ["rtsp-frame"],
-            "ptz": False,
-            "presets": False,
-            "presetMutation": False,
-            "vendor": self.vendor,
-            "model": self.model,
-            "warnings": [],
-        }
+        return still_capabilities("rtsp-frame", self.vendor, self.model)
 
     def _credential(self, value: Any) -> str | None:
         ref = SecretRef.parse(value)

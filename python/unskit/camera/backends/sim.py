@@ -12,7 +12,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from unskit.camera.backends import Acquired
+from unskit.camera.backends import Acquired, still_capabilities
 from unskit.camera.codec import Frame
 from unskit.commands.codes import ErrorCode
 from unskit.errors import CaptureError
@@ -44,15 +44,7 @@ class SimBackend:
 
     def capabilities(self) -> dict[str, Any]:
         """A sim camera captures simulated frames only; no PTZ."""
-        return {
-            "captureModes": ["simulated"],
-            "ptz": False,
-            "presets": False,
-            "presetMutation": False,
-            "vendor": self.vendor,
-            "model": self.model,
-            "warnings": [],
-        }
+        return still_capabilities("simulated", self.vendor, self.model)
 
     def _open(self) -> np.ndarray[Any, np.dtype[np.uint8]]:
         # A gradient drawn once per session; each grab copies it and draws its counter.

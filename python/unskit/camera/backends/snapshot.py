@@ -10,9 +10,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-from unskit.camera.backends import Acquired
+from unskit.camera.backends import Acquired, redacted_uri, still_capabilities
 from unskit.camera.codec import decode_image
 from unskit.commands.codes import ErrorCode
 from unskit.config.secrets import SecretRef, SecretResolver, resolve_value
@@ -23,15 +22,6 @@ __all__ = ["SnapshotBackend"]
 # A snapshot larger than this is refused rather than held in memory.
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 _CHUNK = 1 << 16
-
-
-def _redacted(uri: str) -> str:
-    """The URI without user information or query (which may carry tokens)."""
-    parts = urlsplit(uri)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 class SnapshotBackend:
@@ -52,15 +42,7 @@ class SnapshotBackend:
 
     def capabilities(self) -> dict[str, Any]:
         """Snapshots only; no PTZ through this backend."""
-        return {
-            "captureModes": ["snapshot-uri"],
-            "ptz": False,
-            "presets": False,
-            "presetMutation": False,
-            "vendor": self.vendor,
-            "model": self.model,
-            "warnings": [],
-        }
+        return still_capabilities("snapshot-uri", self.vendor, self.model)
 
     def _credential(self, value: Any) -> str | None:
         ref = SecretRef.parse(value)
@@ -95,7 +77,7 @@ class SnapshotBackend:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise CaptureError(ErrorCode.CAPTURE_TIMEOUT, "acquisition", "no time left to ask")
-        where = _redacted(self.uri)
+        where = redacted_uri(self.uri)
         try:
             with opener.open(self.uri, timeout=remaining) as response:
                 status = int(response.status)
