@@ -23,6 +23,11 @@ def broker_has_subscriber(client, topic: str) -> bool:
     return True
 
 
+def reply_filters(client) -> set[str]:
+    """The reply subscriptions the client's local link keeps."""
+    return {f for f in client._local.transport.filters if f.startswith(REPLY_TOPIC_PREFIX)}
+
+
 def reading(value: object = 1) -> Message:
     return MessageBuilder("reading", "1").body({"value": value}).build()
 
@@ -139,14 +144,14 @@ def test_request_reply_copies_the_correlation_id(broker, make_client, topic_root
 def test_request_without_responder_times_out_and_cleans_up(broker, make_client, topic_root):
     client = make_client(broker_config(broker.plain_port), request_timeout_seconds=0.3)
     transport = client._local.transport
-    before = dict(transport.filters)
     future = client.request(f"{topic_root}/gw/c/cmd/sb/nobody", reading())
     assert future.reply_topic in transport.filters
     with pytest.raises(RequestTimeoutError, match=r"within 0\.3 s"):
         future.get(10)
     assert future.done()
     assert client.pending_requests() == 0
-    assert transport.filters == before
+    wait_until(lambda: future.reply_topic not in transport.filters, 5, "the UNSUBSCRIBE")
+    assert reply_filters(client) == set(client._local.replies.ready)
 
 
 def test_deadline_fails_the_future_even_if_nobody_waits(broker, make_client, topic_root):

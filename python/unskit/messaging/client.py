@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import threading
@@ -16,7 +15,7 @@ from unskit.config.secrets import SecretResolver
 from unskit.envelope import Message
 from unskit.errors import EnvelopeError, MessagingError, RequestTimeoutError
 from unskit.messaging.mqtt import MqttTransport
-from unskit.messaging.requests import DeadlineTimer, RequestFuture
+from unskit.messaging.requests import DeadlineTimer, ReplyTopics, RequestFuture
 from unskit.messaging.subscriptions import Handler, Subscription
 from unskit.messaging.transport import QoS, Transport
 from unskit.topics import (
@@ -64,6 +63,7 @@ class _Link:
         self._matching: dict[str, list[Subscription]] = {}
         self.pending: dict[str, RequestFuture] = {}
         self._deadlines: dict[str, int] = {}
+        self.replies = ReplyTopics(transport, self.subscribe_qos, timer)
         self._link_changed = threading.Condition()
         self.stats = LinkStats()
 
@@ -174,9 +174,7 @@ class _Link:
             settled = future._cancel()
         if handle is not None:
             self._timer.cancel(handle)
-        # When the link is closing, the subscription goes with it.
-        with contextlib.suppress(MessagingError):
-            self.transport.unsubscribe(future.reply_topic)
+        self.replies.release(future.reply_topic)
         return settled
 
     # -- outbound -------------------------------------------------------------------------
@@ -205,7 +203,9 @@ class _Link:
             self.subscriptions[topic_filter] = subscription
             self._matching.clear()
         try:
-            self.transport.subscribe(topic_filter, self.subscribe_qos if qos is None else QoS(qos))
+            self.transport.subscribe(
+                [topic_filter], self.subscribe_qos if qos is None else QoS(qos)
+            )
         except BaseException:
             with self._lock:
                 self.subscriptions.pop(topic_filter, None)
@@ -218,7 +218,7 @@ class _Link:
             self._matching.clear()
         if subscription is None:
             return
-        self.transport.unsubscribe(topic_filter)
+        self.transport.unsubscribe([topic_filter])
         subscription.close(timeout=0)
         with self._lock:
             self._retired = [s for s in self._retired if s.closing_workers] + [subscription]
@@ -226,19 +226,20 @@ class _Link:
     def request(
         self, topic: str, message: Message, timeout_secs: float | None, default_timeout: float
     ) -> RequestFuture:
-        request = message.make_request(message.reply_to)
-        reply_topic = request.reply_to
-        assert reply_topic is not None
         deadline = default_timeout if timeout_secs is None else timeout_secs
         if deadline < 0:
             raise ValueError(f"timeout_secs must be 0 (no deadline) or more, not {deadline}")
+        chosen = message.reply_to
+        reply_topic = self.replies.take() if chosen is None else chosen
+        request = message.make_request(reply_topic)
         future = RequestFuture(topic, reply_topic, request.correlation_id, deadline or None)
         with self._lock:
             if reply_topic in self.pending:
                 raise MessagingError(f"a request already waits for replies on {reply_topic!r}")
             self.pending[reply_topic] = future
         try:
-            self.transport.subscribe(reply_topic, self.subscribe_qos)
+            if chosen is not None:
+                self.replies.adopt(chosen)
             if deadline:
                 expired = RequestTimeoutError(
                     f"no reply on {reply_topic!r} to the request on {topic!r} within {deadline} s"
@@ -257,6 +258,7 @@ class _Link:
         except BaseException as error:
             self.settle(future, error=error)
             raise
+        self.replies.maintain()
         return future
 
     def close(self, timeout: float) -> None:
@@ -268,6 +270,7 @@ class _Link:
             self._matching.clear()
         for future in pending:
             self.settle(future, error=MessagingError(f"messaging {self.name} closed"))
+        self.replies.close()
         # One deadline for the whole link: n subscriptions must not add up to n timeouts.
         deadline = time.monotonic() + timeout
         for subscription in subscriptions:

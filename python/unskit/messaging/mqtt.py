@@ -9,7 +9,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import paho.mqtt.client as paho
@@ -196,23 +196,26 @@ class MqttTransport:
         if rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN):
             raise PublishError(f"messaging {self._name}: publish to {topic!r} failed: {rc}")
 
-    def subscribe(self, topic_filter: str, qos: QoS) -> None:
-        """Subscribes now if connected; the filter is restored after every reconnect."""
+    def subscribe(self, topic_filters: Sequence[str], qos: QoS) -> None:
+        """Subscribes now, in one SUBSCRIBE, if connected; the filters are restored after every
+        reconnect."""
         client = self._require_client()
         with self._lock:
-            self._filters[topic_filter] = qos
+            for topic_filter in topic_filters:
+                self._filters[topic_filter] = qos
             connected = self._connected
-        if connected:
-            client.subscribe(topic_filter, int(qos))
+        if connected and topic_filters:
+            client.subscribe([(f, int(qos)) for f in topic_filters])
 
-    def unsubscribe(self, topic_filter: str) -> None:
-        """Forgets the filter and unsubscribes if connected."""
+    def unsubscribe(self, topic_filters: Sequence[str]) -> None:
+        """Forgets the filters and unsubscribes the known ones, in one UNSUBSCRIBE, if
+        connected."""
         client = self._require_client()
         with self._lock:
-            known = self._filters.pop(topic_filter, None) is not None
+            known = [f for f in topic_filters if self._filters.pop(f, None) is not None]
             connected = self._connected
         if known and connected:
-            client.unsubscribe(topic_filter)
+            client.unsubscribe(known)
 
     def is_connected(self) -> bool:
         """Whether the broker accepted our CONNECT and the link has not dropped since."""

@@ -1,23 +1,33 @@
-"""Request futures and the one timer thread that arms every request deadline."""
+"""Request futures, the reply subscriptions behind them, and the one timer thread that arms
+every request deadline."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import heapq
 import itertools
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Generator
 from typing import Any
 
 from unskit.envelope import Message
-from unskit.errors import RequestTimeoutError
+from unskit.errors import MessagingError, RequestTimeoutError
+from unskit.messaging.transport import QoS, Transport
+from unskit.topics import REPLY_TOPIC_PREFIX
 
-__all__ = ["DeadlineTimer", "RequestFuture"]
+__all__ = ["REPLY_BATCH", "REPLY_LINGER_SECS", "DeadlineTimer", "ReplyTopics", "RequestFuture"]
 
 _log = logging.getLogger(__name__)
+
+# Reply topics subscribed per SUBSCRIBE, and settled ones removed per UNSUBSCRIBE.
+REPLY_BATCH = 16
+# How long a settled request's reply subscription may wait for its UNSUBSCRIBE batch.
+REPLY_LINGER_SECS = 0.05
 
 
 class RequestFuture:
@@ -151,3 +161,99 @@ class DeadlineTimer:
                 callback()
             except Exception:  # a deadline callback must never kill the timer
                 _log.exception("deadline callback failed")
+
+
+class ReplyTopics:
+    """The ephemeral reply subscriptions of one link, subscribed ahead and removed in
+    batches: a SUBSCRIBE and an UNSUBSCRIBE per `REPLY_BATCH` requests instead of one of each
+    per request. Each topic still serves exactly one request.
+
+    The batches are sent from `maintain`, which the requester calls once its request is on
+    the wire, so that work overlaps the round trip instead of lengthening it."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        qos: QoS,
+        timer: DeadlineTimer,
+        *,
+        batch: int = REPLY_BATCH,
+        linger_secs: float = REPLY_LINGER_SECS,
+    ) -> None:
+        self._transport = transport
+        self._qos = qos
+        self._timer = timer
+        self._batch = batch
+        self._linger_secs = linger_secs
+        self._lock = threading.Lock()
+        self._ready: list[str] = []
+        self._settled: list[str] = []
+        self._flush_handle: int | None = None
+        # A random stem per link and a counter: unique topics without a uuid4 each.
+        self._stem = f"{REPLY_TOPIC_PREFIX}{uuid.uuid4().hex}-"
+        self._serial = itertools.count()
+
+    @property
+    def ready(self) -> list[str]:
+        """Subscribed reply topics no request has used yet (a copy)."""
+        with self._lock:
+            return list(self._ready)
+
+    def take(self) -> str:
+        """A fresh reply topic whose subscription was sent before this returns."""
+        with self._lock:
+            if not self._ready:  # only when requests outrun `maintain`
+                self._refill()
+            return self._ready.pop()
+
+    def maintain(self) -> None:
+        """Subscribes the next batch once this one is used up, and unsubscribes a full batch
+        of settled topics."""
+        with self._lock:
+            if not self._ready:
+                self._refill()
+            full = len(self._settled) >= self._batch
+        if full:
+            self.flush()
+
+    def _refill(self) -> None:
+        # Called with the lock held.
+        fresh = [f"{self._stem}{next(self._serial)}" for _ in range(self._batch)]
+        self._transport.subscribe(fresh, self._qos)
+        self._ready = fresh
+
+    def adopt(self, topic: str) -> None:
+        """Subscribes a reply topic the caller chose, unless its subscription is still live."""
+        # Under the lock: a flush must not send its UNSUBSCRIBE after this SUBSCRIBE.
+        with self._lock:
+            if topic in self._settled:  # reused before its UNSUBSCRIBE went out
+                self._settled.remove(topic)
+                return
+            self._transport.subscribe([topic], self._qos)
+
+    def release(self, topic: str) -> None:
+        """The request on `topic` settled: its subscription goes with the next batch, at the
+        latest after the linger."""
+        with self._lock:
+            self._settled.append(topic)
+            if self._flush_handle is None:
+                self._flush_handle = self._timer.call_later(self._linger_secs, self.flush)
+
+    def flush(self) -> None:
+        """Unsubscribes every settled reply topic now, in one UNSUBSCRIBE."""
+        with self._lock:
+            settled, self._settled = self._settled, []
+            handle, self._flush_handle = self._flush_handle, None
+            # When the link is closing, the subscriptions go with it.
+            if settled:
+                with contextlib.suppress(MessagingError):
+                    self._transport.unsubscribe(settled)
+        if handle is not None:
+            self._timer.cancel(handle)
+
+    def close(self) -> None:
+        """Unsubscribes the unused and the settled reply topics, before the link closes."""
+        with self._lock:
+            self._settled.extend(self._ready)
+            self._ready = []
+        self.flush()

@@ -7,7 +7,7 @@ provider is another and supports QoS 0 and 1 only, refusing QoS 2 at its boundar
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 __all__ = ["LinkCallback", "MessageCallback", "QoS", "Transport"]
@@ -42,12 +42,13 @@ class Transport(Protocol):
         """Sends one payload; raises when it cannot be sent or queued."""
         ...
 
-    def subscribe(self, topic_filter: str, qos: QoS) -> None:
-        """Adds a filter, kept across reconnects until unsubscribed."""
+    def subscribe(self, topic_filters: Sequence[str], qos: QoS) -> None:
+        """Adds filters (one SUBSCRIBE carries them all), kept across reconnects until
+        unsubscribed."""
         ...
 
-    def unsubscribe(self, topic_filter: str) -> None:
-        """Removes a filter."""
+    def unsubscribe(self, topic_filters: Sequence[str]) -> None:
+        """Removes filters."""
         ...
 
     def is_connected(self) -> bool:
