@@ -23,6 +23,19 @@ def broker_has_subscriber(client, topic: str) -> bool:
     return True
 
 
+def echo_pair(make_client, port: int, topic: str, max_concurrency: int | None = None):
+    """A requester and a responder that echoes request bodies on `topic`, once it listens."""
+    responder = make_client(broker_config(port))
+    requester = make_client(broker_config(port))
+
+    def echo(_topic: str, request: Message) -> None:
+        responder.reply(request, MessageBuilder("echo", "1").body(request.body).build())
+
+    responder.subscribe(topic, echo, max_concurrency=max_concurrency)
+    wait_until(lambda: broker_has_subscriber(requester, topic), 10, "the responder")
+    return requester, responder
+
+
 def reply_filters(client) -> set[str]:
     """The reply subscriptions the client's local link keeps."""
     return {f for f in client._local.transport.filters if f.startswith(REPLY_TOPIC_PREFIX)}

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tests.messaging.conftest import broker_config
-from tests.messaging.test_client import broker_has_subscriber, reading, reply_filters
+from tests.messaging.test_client import echo_pair, reading, reply_filters
 from tests.support.servers import wait_until
-from unskit import Message, MessageBuilder
 from unskit.messaging import REPLY_TOPIC_PREFIX, QoS
 from unskit.messaging.requests import REPLY_BATCH, DeadlineTimer, ReplyTopics
 
@@ -95,15 +94,8 @@ def test_close_unsubscribes_the_unused_and_the_settled_topics():
 def test_sequential_requests_over_several_batches_all_get_their_replies(
     broker, make_client, topic_root
 ):
-    responder = make_client(broker_config(broker.plain_port))
-    requester = make_client(broker_config(broker.plain_port))
     topic = f"{topic_root}/gw/c/cmd/sb/echo"
-
-    def echo(_topic: str, request: Message) -> None:
-        responder.reply(request, MessageBuilder("echo", "1").body(request.body).build())
-
-    responder.subscribe(topic, echo)
-    wait_until(lambda: broker_has_subscriber(requester, topic), 10, "the responder")
+    requester, _ = echo_pair(make_client, broker.plain_port, topic)
     count = 3 * REPLY_BATCH + 1
     got = [requester.request(topic, reading(i), timeout_secs=10).get() for i in range(count)]
     assert [m.body for m in got] == [{"value": i} for i in range(count)]
@@ -114,15 +106,8 @@ def test_sequential_requests_over_several_batches_all_get_their_replies(
 def test_a_reply_topic_chosen_by_the_caller_can_be_used_again_at_once(
     broker, make_client, topic_root
 ):
-    responder = make_client(broker_config(broker.plain_port))
-    requester = make_client(broker_config(broker.plain_port))
     topic = f"{topic_root}/gw/c/cmd/sb/echo"
-
-    def echo(_topic: str, request: Message) -> None:
-        responder.reply(request, MessageBuilder("echo", "1").body(request.body).build())
-
-    responder.subscribe(topic, echo)
-    wait_until(lambda: broker_has_subscriber(requester, topic), 10, "the responder")
+    requester, _ = echo_pair(make_client, broker.plain_port, topic)
     mine = f"{REPLY_TOPIC_PREFIX}{topic_root.replace('/', '-')}"
     for i in range(3):
         reply = requester.request(topic, reading(i).make_request(mine), timeout_secs=10).get()

@@ -8,10 +8,15 @@ from collections.abc import Sequence
 import pytest
 
 from tests.messaging.conftest import broker_config
-from tests.messaging.test_client import Inbox, broker_has_subscriber, reading, reply_filters
+from tests.messaging.test_client import (
+    Inbox,
+    echo_pair,
+    reading,
+    reply_filters,
+)
 from tests.support.mosquitto import Mosquitto
 from tests.support.servers import wait_until
-from unskit import Message, MessageBuilder
+from unskit import Message
 from unskit.config.model import MessagingConfig
 from unskit.errors import UnsupportedQosError
 from unskit.messaging import MessagingClient, QoS
@@ -64,15 +69,8 @@ def test_broker_restart_reconnects_restores_subscriptions_and_delivers_queued(
 
 
 def test_ten_thousand_concurrent_requests_leave_nothing_behind(broker, make_client, topic_root):
-    responder = make_client(broker_config(broker.plain_port))
-    requester = make_client(broker_config(broker.plain_port))
     topic = f"{topic_root}/gw/c/cmd/sb/echo"
-
-    def echo(_topic: str, request: Message) -> None:
-        responder.reply(request, MessageBuilder("echo", "1").body(request.body).build())
-
-    responder.subscribe(topic, echo, max_concurrency=8)
-    wait_until(lambda: broker_has_subscriber(requester, topic), 10, "the responder")
+    requester, _ = echo_pair(make_client, broker.plain_port, topic, max_concurrency=8)
     futures = [requester.request(topic, reading(i), timeout_secs=120) for i in range(10_000)]
     replies = [f.get(120) for f in futures]
     assert [r.body for r in replies] == [{"value": i} for i in range(10_000)]
