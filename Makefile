@@ -63,8 +63,12 @@ $(VENV)/bin/maturin:
 	$(PY) -m pip install -q 'maturin>=1.9,<2'
 
 # Builds the Rust extension in release mode and installs the package editable with its extras.
+# pip's install listing goes to a log, shown only when the build fails.
 build: venv
-	maturin develop --release --quiet --extras $(EXTRAS)
+	@echo "building unskit (Rust extension, release) and installing its dependencies..."
+	@maturin develop --release --quiet --extras $(EXTRAS) > $(VENV)/build.log 2>&1 \
+		|| { cat $(VENV)/build.log; exit 1; }
+	@echo "unskit built and installed in $(VENV)"
 
 clean:
 	cargo clean
