@@ -10,11 +10,12 @@ export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 # Extras of pyproject.toml the tests, lint and benchmarks need.
 EXTRAS := embedded,egress,test,lint,bench
 
-.PHONY: help demo test lint fmt bench fuzz system-deps venv build clean
+.PHONY: help demo test test-unit lint fmt bench fuzz system-deps venv build clean
 
 help:
 	@echo "make demo   build, then run the edge demo (broker, PLC, cameras, egress) until Ctrl-C"
 	@echo "make test   install what tests need, build, lint, cargo test, pytest"
+	@echo "make test-unit  the unit tier alone (no network, no processes): the edit-test loop"
 	@echo "make bench  benchmarks, ours beside each anchor (writes benches/results.json)"
 	@echo "make lint   ruff, mypy --strict, stubtest, cargo fmt --check, clippy"
 	@echo "make fmt    format Python and Rust"
@@ -28,6 +29,10 @@ demo: build
 test: system-deps build lint
 	cargo test -p unskit-core --release
 	$(PY) -m pytest tests
+
+# The unit tier (tests/conftest.py marks it and fails a unit test that reaches the network).
+test-unit: build
+	$(PY) -m pytest tests -m unit -q
 
 bench: system-deps build
 	$(PY) -m pytest benches --benchmark-only -p no:randomly -q

@@ -16,6 +16,7 @@ def test_there_are_examples():
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.integration
 def test_example_validates(path):
     component = path.stem
     result = subprocess.run(
@@ -38,6 +39,7 @@ def test_example_validates(path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.integration
 def test_an_installed_components_schema_checks_its_section(tmp_path):
     bad = tmp_path / "echo.json"
     bad.write_text('{"component": {"colour": "red"}, "messaging": {"local": {"host": "embedded"}}}')

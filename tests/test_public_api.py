@@ -20,6 +20,7 @@ def test_unknown_names_are_attribute_errors():
         _ = unskit.Nope  # type: ignore[attr-defined]
 
 
+@pytest.mark.integration
 def test_importing_unskit_does_not_import_paho():
     code = "import sys, unskit; print('paho' in ' '.join(sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

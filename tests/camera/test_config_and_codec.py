@@ -110,6 +110,7 @@ def test_the_schema_refuses(tmp_path: Path, component: dict[str, Any]) -> None:
         load(tmp_path, component)
 
 
+@pytest.mark.integration
 def test_unskit_validate_reports_a_rule_the_schema_cannot_say(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     path.write_text(

@@ -352,6 +352,7 @@ def test_bool_arrays_warn_that_they_are_experimental(caplog) -> None:
     assert "experimental" in caplog.text
 
 
+@pytest.mark.integration
 def test_validate_reports_a_malformed_instance_with_its_path(tmp_path: Path) -> None:
     example = Path(__file__).parents[2] / "examples" / "ethernet-ip-adapter.json"
     document = json.loads(example.read_text())

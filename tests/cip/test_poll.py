@@ -161,6 +161,7 @@ def test_a_lost_simulator_is_a_lost_connection(logix: LogixSimulator) -> None:
     driver.close()
 
 
+@pytest.mark.integration
 def test_connect_to_nothing_fails_within_the_deadline() -> None:
     driver, _ = driver_for(f"127.0.0.1:{free_port()}", SignalSpec("Temp", "t", "REAL"))
     started = time.monotonic()

@@ -46,6 +46,7 @@ def _pcap(payloads: list[bytes]) -> bytes:
     return out
 
 
+@pytest.mark.integration
 def test_tshark_reads_our_datagrams(tmp_path):
     assert TSHARK is not None, "tshark is required in CI"
     datagrams = [

@@ -36,6 +36,7 @@ def run(
     )
 
 
+@pytest.mark.integration
 def test_validate_valid_document_exits_0(write_json: Callable[..., Path]) -> None:
     path = write_json(base_document())
     result = run("validate", "-c", str(path))
@@ -44,6 +45,7 @@ def test_validate_valid_document_exits_0(write_json: Callable[..., Path]) -> Non
     assert result.stderr == ""
 
 
+@pytest.mark.integration
 def test_validate_with_thing_shows_identity(write_json: Callable[..., Path]) -> None:
     path = write_json(base_document())
     result = run("validate", "-c", str(path), "-t", THING)
@@ -51,6 +53,7 @@ def test_validate_with_thing_shows_identity(write_json: Callable[..., Path]) -> 
     assert f"identity site/line/device = plant-1/line-4/{THING}" in result.stdout
 
 
+@pytest.mark.integration
 def test_validate_thing_from_environment(write_json: Callable[..., Path]) -> None:
     path = write_json(base_document())
     result = run("validate", "-c", str(path), env={"AWS_IOT_THING_NAME": "gg-thing"})
@@ -58,6 +61,7 @@ def test_validate_thing_from_environment(write_json: Callable[..., Path]) -> Non
     assert "plant-1/line-4/gg-thing" in result.stdout
 
 
+@pytest.mark.integration
 def test_validate_prints_every_error_with_its_path_and_exits_2(
     write_json: Callable[..., Path],
 ) -> None:
@@ -83,6 +87,7 @@ def test_validate_prints_every_error_with_its_path_and_exits_2(
     ]
 
 
+@pytest.mark.integration
 def test_validate_missing_local_broker_names_both_ways_out(
     write_json: Callable[..., Path],
 ) -> None:
@@ -94,6 +99,7 @@ def test_validate_missing_local_broker_names_both_ways_out(
     assert '"port"' in result.stderr
 
 
+@pytest.mark.integration
 def test_validate_malformed_json_exits_2(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text('{"component": {}, }')
@@ -102,24 +108,28 @@ def test_validate_malformed_json_exits_2(tmp_path: Path) -> None:
     assert "$: malformed JSON at line 1" in result.stderr
 
 
+@pytest.mark.integration
 def test_validate_missing_file_exits_2(tmp_path: Path) -> None:
     result = run("validate", "-c", str(tmp_path / "absent.json"))
     assert result.returncode == 2
     assert "does not exist" in result.stderr
 
 
+@pytest.mark.integration
 def test_validate_unknown_platform_exits_2(write_json: Callable[..., Path]) -> None:
     result = run("validate", "-c", str(write_json(base_document())), "--platform", "MAINFRAME")
     assert result.returncode == 2
     assert "--platform" in result.stderr
 
 
+@pytest.mark.integration
 def test_validate_bad_thing_name_exits_2(write_json: Callable[..., Path]) -> None:
     result = run("validate", "-c", str(write_json(base_document())), "-t", "a/b")
     assert result.returncode == 2
     assert "-t/--thing: must be one non-empty topic level" in result.stderr
 
 
+@pytest.mark.integration
 def test_validate_cluster_mounted_directory(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(base_document()))
     result = run("validate", "-c", str(tmp_path), "--platform", "CLUSTER", "-t", THING)
@@ -127,12 +137,14 @@ def test_validate_cluster_mounted_directory(tmp_path: Path) -> None:
     assert "valid on CLUSTER" in result.stdout
 
 
+@pytest.mark.integration
 def test_validate_edge_runtime_without_local_broker(write_json: Callable[..., Path]) -> None:
     path = write_json(patched({"messaging": DELETE}))
     result = run("validate", "-c", str(path), "--platform", "EDGE_RUNTIME")
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.integration
 def test_validate_with_component_schema(write_json: Callable[..., Path], tmp_path: Path) -> None:
     schema = tmp_path / "component.schema.json"
     schema.write_text(json.dumps({"type": "object", "required": ["global"]}))
@@ -142,12 +154,14 @@ def test_validate_with_component_schema(write_json: Callable[..., Path], tmp_pat
     assert "$.component.global: is required" in result.stderr
 
 
+@pytest.mark.integration
 def test_validate_unknown_option_is_a_usage_error() -> None:
     result = run("validate", "--bogus")
     assert result.returncode == 2
     assert "usage:" in result.stderr
 
 
+@pytest.mark.integration
 def test_demo_is_a_command() -> None:
     # The demo itself runs in tests/demo; without --duration it would run until Ctrl-C.
     result = run("demo", "--help")

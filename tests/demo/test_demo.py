@@ -34,6 +34,7 @@ def demo(output: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.integration
 def test_the_demo_runs_the_stack_and_delivers_every_capture(tmp_path: Path) -> None:
     output = tmp_path / "out"
     result = demo(output, "--duration", "20")
@@ -81,6 +82,7 @@ def test_the_demo_can_use_an_existing_broker(broker: Mosquitto, tmp_path: Path) 
     assert re.search(rf"^\S+\s+signal\s+{PLC}\s+", result.stdout, re.MULTILINE)
 
 
+@pytest.mark.integration
 def test_a_folder_the_demo_did_not_write_is_left_alone(tmp_path: Path) -> None:
     (tmp_path / "precious.txt").write_text("keep me")
     result = demo(tmp_path, "--duration", "1")
@@ -90,6 +92,7 @@ def test_a_folder_the_demo_did_not_write_is_left_alone(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("option", ["--duration", "--output", "--port", "--broker"])
+@pytest.mark.integration
 def test_help_explains_the_options(option: str) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "unskit.cli", "demo", "--help"],
@@ -101,6 +104,7 @@ def test_help_explains_the_options(option: str) -> None:
     assert option in result.stdout
 
 
+@pytest.mark.integration
 def test_a_malformed_broker_address_is_a_usage_error(tmp_path: Path) -> None:
     result = demo(tmp_path / "out", "--broker", "localhost")
     assert result.returncode == 2
@@ -109,6 +113,7 @@ def test_a_malformed_broker_address_is_a_usage_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("victim", ["camera-adapter", "file-egress"])
+@pytest.mark.integration
 def test_a_component_that_dies_stops_the_demo_with_exit_1(victim: str, tmp_path: Path) -> None:
     command = [sys.executable, "-m", "unskit.cli", "demo", "--output", str(tmp_path / "out")]
     # --duration bounds the run should the kill not be noticed.

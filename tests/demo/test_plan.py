@@ -15,6 +15,7 @@ NAMES = [name for name, _ in demo_documents(Path("/unused"))]
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.integration
 def test_the_generated_configuration_validates(name: str, tmp_path: Path) -> None:
     document = dict(demo_documents(tmp_path))[name]
     config = tmp_path / f"{name}.json"

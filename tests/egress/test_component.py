@@ -181,6 +181,7 @@ def test_the_shipped_schema_accepts_every_spec_key():
     assert not found, found
 
 
+@pytest.mark.integration
 def test_unskit_run_refuses_a_bad_configuration_naming_the_path(tmp_path: Path):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(document({"type": "local", "path": "/y", "oops": 1})))

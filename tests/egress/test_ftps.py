@@ -242,6 +242,7 @@ def test_data_connections_resume_the_control_connections_tls_session(ftps: FtpsS
         client.close()
 
 
+@pytest.mark.integration
 def test_a_credentials_bundle_logs_in(explicit: FtpsServer, tmp_path: Path):
     from tests.egress.test_sftp import Vault
     from unskit.egress.backends import open_backend

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.egress.conftest import MIB, write_file
 
 
@@ -68,6 +70,7 @@ def test_send_delivers_to_every_destination_and_keeps_the_files(tmp_path, moto, 
     assert result.stdout.count("verified") == 4
 
 
+@pytest.mark.integration
 def test_send_reports_a_destination_that_failed(tmp_path):
     write_file(tmp_path / "in" / "a.csv", 100)
     blocked = tmp_path / "blocked"
@@ -85,6 +88,7 @@ def test_send_reports_a_destination_that_failed(tmp_path):
     assert (tmp_path / "ok" / "a.csv").exists()
 
 
+@pytest.mark.integration
 def test_send_refuses_a_file_outside_its_base(tmp_path):
     write_file(tmp_path / "elsewhere.csv", 10)
     cfg = config(tmp_path, {"type": "local", "path": str(tmp_path / "ok")})

@@ -68,6 +68,7 @@ def test_invalid_utf8_in_a_string_field_is_refused():
         (lambda env: setattr(env, "opaque", bytes(65537)), "65537 bytes exceeds"),
     ],
 )
+@pytest.mark.integration
 def test_well_formed_protobuf_that_breaks_an_envelope_rule_is_refused(mutate, rule):
     pb = envelope_classes()
     env = pb.Envelope.FromString(samples.structured().to_bytes())
@@ -76,6 +77,7 @@ def test_well_formed_protobuf_that_breaks_an_envelope_rule_is_refused(mutate, ru
         Message.from_bytes(env.SerializeToString())
 
 
+@pytest.mark.integration
 def test_nesting_deeper_than_the_bound_is_refused_on_build_and_decode():
     deep: object = "leaf"
     for _ in range(33):
@@ -95,6 +97,7 @@ def test_nesting_deeper_than_the_bound_is_refused_on_build_and_decode():
         Message.from_bytes(env.SerializeToString())
 
 
+@pytest.mark.integration
 def test_nesting_at_the_bound_round_trips_through_protobuf():
     deep: object = "leaf"
     for _ in range(32):

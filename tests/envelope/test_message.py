@@ -72,6 +72,7 @@ def test_diagnostic_json_without_bytes_equals_the_projection():
     assert json.loads(message.to_diagnostic_json()) == message.to_dict()
 
 
+@pytest.mark.integration
 def test_correlation_id_is_generated_lazily_and_kept_when_absent():
     from tests.support.proto import envelope_classes
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -87,6 +88,7 @@ def test_round_trip_through_bytes(message: Message) -> None:
 
 @settings(suppress_health_check=[HealthCheck.too_slow])
 @given(messages())
+@pytest.mark.integration
 def test_protobuf_reads_what_we_write_and_we_read_what_it_writes(message: Message) -> None:
     parsed = envelope_classes().Envelope.FromString(message.to_bytes())
     theirs = parsed.SerializeToString(deterministic=True)

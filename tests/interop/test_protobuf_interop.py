@@ -105,6 +105,7 @@ def test_message_to_dict_of_protobuf_agrees_with_our_projection(pb):
 
 
 @pytest.mark.parametrize("name", MESSAGES)
+@pytest.mark.integration
 def test_protoc_decode_reads_what_we_write(name):
     ours = MESSAGES[name]
     result = subprocess.run(
@@ -122,6 +123,7 @@ def test_protoc_decode_reads_what_we_write(name):
         assert f"{ours.body_case} {{" in text or f"{ours.body_case}: " in text
 
 
+@pytest.mark.integration
 def test_protoc_refuses_what_we_refuse():
     garbage = b"\x0a\xff"
     result = subprocess.run(

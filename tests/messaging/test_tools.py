@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.messaging.conftest import broker_config
 from tests.messaging.test_client import start_echo_responder
 from tests.support.servers import wait_until
@@ -96,6 +98,7 @@ def test_request_without_responder_times_out_with_exit_1(broker, topic_root):
     assert "no reply" in result.stderr
 
 
+@pytest.mark.integration
 def test_unreachable_broker_is_a_clear_error(topic_root):
     from tests.support.servers import free_port
 

@@ -131,6 +131,7 @@ def test_component_process_probes_drain_and_exit(tmp_path, broker_later):
     assert positions == sorted(positions), output[-3000:]
 
 
+@pytest.mark.integration
 def test_bad_configuration_exits_2_and_starts_nothing(tmp_path):
     health_port = free_port()
     path = tmp_path / "bad.json"
@@ -147,6 +148,7 @@ def test_bad_configuration_exits_2_and_starts_nothing(tmp_path):
     assert probe(health_port, "/livez") is None
 
 
+@pytest.mark.integration
 def test_embedded_broker_override(tmp_path):
     broker_port, health_port = free_port(), free_port()
     config = write_config(tmp_path, 1, health_port)

@@ -15,6 +15,7 @@ from unskit.messaging import MessagingClient
 from unskit.runtime.embedded_broker import EmbeddedBroker
 
 
+@pytest.mark.integration
 def test_messaging_round_trip_through_the_embedded_broker():
     broker = EmbeddedBroker(free_port()).start()
     client = MessagingClient(
@@ -38,6 +39,7 @@ def test_messaging_round_trip_through_the_embedded_broker():
     broker.stop()  # idempotent
 
 
+@pytest.mark.integration
 def test_port_in_use_is_a_clear_error():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -47,6 +49,7 @@ def test_port_in_use_is_a_clear_error():
             EmbeddedBroker(port).start()
 
 
+@pytest.mark.integration
 def test_restart_on_the_same_port():
     port = free_port()
     EmbeddedBroker(port).start().stop()

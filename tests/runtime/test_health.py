@@ -452,6 +452,7 @@ def test_port_zero_reports_the_real_port(make_server):
     assert server.running
 
 
+@pytest.mark.integration
 def test_bind_failure_is_logged_and_swallowed(caplog):
     with socket.socket() as occupant:
         occupant.bind((HOST, 0))
@@ -483,6 +484,7 @@ def probe_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("unskit-health")]
 
 
+@pytest.mark.integration
 def test_stop_closes_everything_and_is_idempotent():
     before = set(probe_threads())
     server = HealthServer(HealthConfig(port=0), ReadinessState(Link(True)), bind_host=HOST)

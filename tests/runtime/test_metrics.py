@@ -340,6 +340,7 @@ def test_scrape_non_get_is_501(scrape_registry):
         connection.close()
 
 
+@pytest.mark.integration
 def test_scrape_close_releases_the_port():
     emitter = ScrapeEmitter(MetricsRegistry(), "127.0.0.1", 0)
     emitter.start()
@@ -618,6 +619,7 @@ def test_metric_emission_built_directly_takes_a_target_name():
     assert config == MetricEmissionConfig.from_section({"target": "scrape", "intervalSeconds": 5})
 
 
+@pytest.mark.integration
 def test_create_emitter_per_target(capsys):
     registry = MetricsRegistry()
     registry.gauge(FAMILY, "connected").set(1)

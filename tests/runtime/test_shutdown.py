@@ -274,6 +274,7 @@ def _poll(condition: Callable[[], bool], deadline: float) -> bool:
     return False
 
 
+@pytest.mark.integration
 def test_sigterm_drains_with_readiness_off_and_exits_zero():
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     child = subprocess.Popen(
