@@ -11,19 +11,7 @@ from typing import Any
 from unskit.signal import GateSpec, SignalBank, scale_values
 from unskit.southbound.driver import PublishMode, Quality, Reading, SignalSpec
 
-__all__ = ["INTEGER_RANGES", "SignalState", "SignalTable", "channel_token", "scale_value"]
-
-#: The CIP (and IEC 61131) integer types and their ranges.
-INTEGER_RANGES = {
-    "SINT": (-128, 127),
-    "INT": (-32768, 32767),
-    "DINT": (-(2**31), 2**31 - 1),
-    "LINT": (-(2**63), 2**63 - 1),
-    "USINT": (0, 255),
-    "UINT": (0, 65535),
-    "UDINT": (0, 2**32 - 1),
-    "ULINT": (0, 2**64 - 1),
-}
+__all__ = ["SignalState", "SignalTable", "channel_token", "scale_value"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
