@@ -23,6 +23,8 @@
     │                                  the signal kernels cannot use
     ├── CipError (also ValueError): a CIP datagram or assembly value that cannot be built,
     │                               or an assembly plan that cannot be compiled
+    ├── DeviceError: a southbound device that cannot be reached or answered with an error;
+    │                `connection_lost` asks the runtime to reconnect with backoff
     ├── CaptureError: a camera capture stage that failed (backend, encoding, persistence);
     │                 carries the failure body's code, stage and retriable flag
     └── EgressError: a file that could not be delivered to one egress destination
@@ -47,6 +49,7 @@ __all__ = [
     "ConfigError",
     "ConfigIssue",
     "DestinationError",
+    "DeviceError",
     "EgressError",
     "EnvelopeError",
     "ImageError",
@@ -152,6 +155,17 @@ class SignalError(UnskitError, ValueError):
 
 class CipError(UnskitError, ValueError):
     """A CIP datagram or assembly value that cannot be built, or a plan that cannot compile."""
+
+
+class DeviceError(UnskitError):
+    """A device that cannot be reached or answered with an error. `connection_lost` tells
+    the runtime to reconnect (with backoff) rather than count one failed request."""
+
+    def __init__(self, message: str, *, connection_lost: bool = False, code: str = "") -> None:
+        super().__init__(message)
+        self.connection_lost = connection_lost
+        #: A protocol-level status (a CIP general status, an OPC UA status code) when known.
+        self.code = code
 
 
 class CaptureError(UnskitError):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from unskit.southbound.driver import Deadband, PublishMode, Quality, Reading, SignalSpec
 from unskit.southbound.signals import SignalTable, channel_token, scale_value
@@ -107,3 +109,49 @@ def test_batch_windows_collect_samples() -> None:
 )
 def test_channel_tokens(path, token) -> None:
     assert channel_token(path) == token
+
+
+SIGNALS = [
+    SignalSpec("R", "r", "REAL", deadband=Deadband("absolute", 1.0)),
+    SignalSpec("D", "d", "DINT"),
+    SignalSpec("S", "s", "INT", scale=0.5, offset=2.0, deadband=Deadband("percent", 10.0)),
+    SignalSpec("B", "b", "BOOL"),
+    SignalSpec("A", "a", "REAL", array_count=2, deadband=Deadband("absolute", 1.0)),
+    SignalSpec("P", "p", "LREAL", publish_mode=PublishMode.ALWAYS),
+]
+_VALUES = {
+    "R": st.floats(-5, 5, allow_nan=False),
+    "D": st.integers(-(2**31), 2**31 - 1) | st.integers(-3, 3),
+    "S": st.integers(-40, 40),
+    "B": st.booleans(),
+    "A": st.lists(st.floats(-5, 5, allow_nan=False), min_size=1, max_size=3),
+    "P": st.floats(-1e300, 1e300, allow_nan=False),
+}
+
+
+@st.composite
+def readings(draw: st.DrawFn) -> Reading:
+    signal_id = draw(st.sampled_from([*_VALUES, "unknown"]))
+    quality = draw(st.sampled_from(list(Quality)))
+    if signal_id == "unknown" or (quality is Quality.BAD and draw(st.booleans())):
+        return Reading(signal_id, None, quality)
+    return Reading(signal_id, draw(_VALUES[signal_id]), quality)
+
+
+def _outcome(polls: list[list[Reading]], *, one_by_one: bool) -> list[tuple]:
+    """Every signal's last value, published value and quality, and queued samples."""
+    table = SignalTable([("g", signal) for signal in SIGNALS])
+    for i, poll in enumerate(polls):
+        for chunk in ([r] for r in poll) if one_by_one else [poll]:
+            table.accept(chunk, i, float(i))
+    return [
+        (s.spec.id, s.last_value, s.published_value, s.published_quality, table.take(s))
+        for s in table.by_id.values()
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(readings(), max_size=12), max_size=8))
+def test_a_poll_gated_in_one_batch_equals_its_readings_one_by_one(polls) -> None:
+    # A poll may name a signal twice (a push source's queued changes): gated in order.
+    assert _outcome(polls, one_by_one=False) == _outcome(polls, one_by_one=True)

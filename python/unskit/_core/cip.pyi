@@ -2,21 +2,44 @@ from collections.abc import Mapping, Sequence
 from typing import Any, final
 
 __all__ = [
+    "BOOLS_PER_DWORD",
+    "DWORD_CODE",
+    "ELEMENTARY_TYPES",
     "REASONS",
     "Datagram",
     "Decoded",
+    "ElementaryType",
     "InputPlan",
     "OutputPlan",
     "ParseResult",
     "build_datagram",
+    "field_bytes",
     "parse",
 ]
 
 REASONS: list[str]
+ELEMENTARY_TYPES: list[ElementaryType]
+DWORD_CODE: int
+BOOLS_PER_DWORD: int
 
 _FieldTuple = tuple[
     str, int, str, int | None, int | None, float | None, float | None, str, float, bool
 ]
+
+@final
+class ElementaryType:
+    @property
+    def name(self) -> str: ...
+    @property
+    def code(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def signed(self) -> bool: ...
+    @property
+    def is_float(self) -> bool: ...
+    @property
+    def range(self) -> tuple[int, int] | None: ...
 
 @final
 class Datagram:
@@ -100,6 +123,7 @@ class OutputPlan:
     def real_time_format(self) -> str: ...
     def encode(self, values: Mapping[str, Any], base: Any | None = None) -> bytes: ...
 
+def field_bytes(type_name: str, array_count: int | None = None, bit: bool = False) -> int: ...
 def parse(data: Any, real_time_format: str, size: int | None = None) -> ParseResult: ...
 def build_datagram(
     connection_id: int,

@@ -8,20 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from unskit._reference.signal import passes
+from unskit.elementary_types import STRUCT_FORMATS
+from unskit.elementary_types import TYPES as ELEMENTARY_TYPES
 
-TYPES = {
-    "BOOL": ("B", 1),
-    "SINT": ("b", 1),
-    "INT": ("h", 2),
-    "DINT": ("i", 4),
-    "LINT": ("q", 8),
-    "USINT": ("B", 1),
-    "UINT": ("H", 2),
-    "UDINT": ("I", 4),
-    "ULINT": ("Q", 8),
-    "REAL": ("f", 4),
-    "LREAL": ("d", 8),
-}
+#: (struct letter, size) by type name, from the one elementary type table; the parity tests
+#: check the table itself against `struct` and pycomm3, so the twin stays an oracle.
+TYPES = {name: (STRUCT_FORMATS[name], row.size) for name, row in ELEMENTARY_TYPES.items()}
 
 
 def prefix(fmt: str) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 
 from unskit.config.model import ComponentConfig, thaw
 from unskit.config.schema import load_schema, validate_with_schema
+from unskit.elementary_types import field_bytes
 from unskit.errors import ConfigIssue
 from unskit.southbound.component import Candidate
 from unskit.southbound.driver import (
@@ -230,27 +231,9 @@ def _io_rules(
             signal_ids.add(assembly_signal_id(instance, field))
 
 
-#: Bytes of one element of each CIP elementary type.
-TYPE_BYTES = {
-    "BOOL": 1,
-    "SINT": 1,
-    "USINT": 1,
-    "INT": 2,
-    "UINT": 2,
-    "DINT": 4,
-    "UDINT": 4,
-    "REAL": 4,
-    "LINT": 8,
-    "ULINT": 8,
-    "LREAL": 8,
-}
-
-
 def _field_bytes(field: Mapping[str, Any]) -> int:
-    count = int(field.get("arrayCount", 1))
-    if field["type"] == "BOOL" and "bit" not in field and count > 1:
-        return (count + 7) // 8  # a BOOL array in an assembly is packed, 8 to a byte
-    return TYPE_BYTES[field["type"]] * count
+    count = field.get("arrayCount")
+    return field_bytes(field["type"], None if count is None else int(count), bit="bit" in field)
 
 
 def assembly_signal_id(instance: int, field: Mapping[str, Any]) -> str:

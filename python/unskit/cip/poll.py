@@ -41,7 +41,8 @@ from pycomm3.packets.cip import GenericUnconnectedRequestPacket
 from pycomm3.packets.util import tag_request_path, wrap_unconnected_send
 from pycomm3.tag import Tag
 
-from unskit.cip.config import TYPE_BYTES, cip_connection
+from unskit.cip.config import cip_connection
+from unskit.elementary_types import BOOLS_PER_DWORD, DWORD_CODE, TYPES
 from unskit.southbound.driver import (
     DeviceError,
     InstanceSpec,
@@ -55,7 +56,6 @@ __all__ = ["PollDriver"]
 
 _log = logging.getLogger(__name__)
 
-_DWORD_CODE = DataTypes.dword.code
 #: Symbol type bit 13: a one-dimensional array.
 _ONE_DIMENSION = 1 << 13
 _TYPE_CODE_BYTES = 2
@@ -130,6 +130,11 @@ def _observed_type(tag: str) -> int | None:
 def _base_tag(tag_path: str) -> str:
     """The tag a path's definition belongs to: ``Tag[3]`` -> ``Tag``, ``Prog:Main.X`` stays."""
     return tag_path.split("[", 1)[0]
+
+
+def _dwords(bools: int) -> int:
+    """DWORDs a packed BOOL array of `bools` elements takes."""
+    return -(-bools // BOOLS_PER_DWORD)
 
 
 def _element_index(tag_path: str) -> int:
@@ -220,10 +225,10 @@ class PollDriver:
         assert self._plc is not None
         base = _base_tag(signal.id)
         if packed:
-            code = _DWORD_CODE
-            elements = _element_index(signal.id) + ((signal.array_count or 1) + 31) // 32
+            code = DWORD_CODE
+            elements = _element_index(signal.id) + _dwords(signal.array_count or 1)
         else:
-            code = DataTypes[signal.type.lower()].code
+            code = TYPES[signal.type.upper()].code
             elements = _element_index(signal.id) + (signal.array_count or 1)
         array = signal.array_count is not None or "[" in signal.id
         raw = {
@@ -240,7 +245,7 @@ class PollDriver:
     def _request(self, signal: SignalSpec) -> str:
         if signal.array_count is None:
             return signal.id
-        count = (signal.array_count + 31) // 32 if signal.id in self._packed else signal.array_count
+        count = _dwords(signal.array_count) if signal.id in self._packed else signal.array_count
         return f"{signal.id}{{{count}}}"
 
     def read(self, group: PollGroupSpec) -> list[Reading]:
@@ -275,7 +280,7 @@ class PollDriver:
             result = self._read_tags([f"{signal.id}{{1}}"])[0]
             if result.error is None:
                 self._observed.add(signal.id)
-                if _observed_type(_base_tag(signal.id)) == _DWORD_CODE:
+                if _observed_type(_base_tag(signal.id)) == DWORD_CODE:
                     _log.info("%s: %s is a packed BOOL array", self.spec.id, signal.id)
                     self._packed.add(signal.id)
                     self._define(signal, packed=True)
@@ -348,7 +353,7 @@ class PollDriver:
         plc = self._require()
         tag = request.partition("{")[0]
         base, start = _base_tag(tag), _element_index(tag)
-        size = TYPE_BYTES[self._types[base]]
+        size = TYPES[self._types[base].upper()].size
         head, chunks = first[:_TYPE_CODE_BYTES], [first[_TYPE_CODE_BYTES:]]
         per_reply = max(len(chunks[0]) // size, 1)
         done = per_reply
@@ -366,9 +371,10 @@ class PollDriver:
     def _write_unconnected(self, signal: SignalSpec, value: Any) -> Tag:
         plc = self._require()
         path, _, elements = self._tag_path(self._request(signal))
+        # pycomm3's encoders keep its wire form of each type (a true BOOL is 0xFF).
         kind: Any = DataTypes[signal.type.lower()]
         items = value if isinstance(value, list) else [value]
-        data = UINT.encode(kind.code) + UINT.encode(elements)
+        data = UINT.encode(TYPES[signal.type.upper()].code) + UINT.encode(elements)
         data += b"".join(kind.encode(item) for item in items)
         reply = plc.send(_UnconnectedTagRequest(_WRITE_TAG, path, data, self._route()))
         return Tag(

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
 
-from unskit.errors import UnskitError
+# Defined with the rest of the tree; part of the driver contract, so named here too.
+from unskit.errors import DeviceError
 
 __all__ = [
     "Deadband",
@@ -23,17 +24,6 @@ __all__ = [
     "SignalSpec",
     "Timing",
 ]
-
-
-class DeviceError(UnskitError):
-    """A device that cannot be reached or answered with an error. `connection_lost` tells
-    the runtime to reconnect (with backoff) rather than count one failed request."""
-
-    def __init__(self, message: str, *, connection_lost: bool = False, code: str = "") -> None:
-        super().__init__(message)
-        self.connection_lost = connection_lost
-        #: A protocol-level status (a CIP general status, an OPC UA status code) when known.
-        self.code = code
 
 
 class Quality(str, Enum):

@@ -27,6 +27,7 @@ from unskit.commands import (
     bad_args,
 )
 from unskit.commands.fields import FieldType
+from unskit.elementary_types import FLOAT_TYPES, INTEGER_RANGES
 from unskit.errors import CommandError, ConfigError, ConfigIssue, UnskitError
 from unskit.runtime.component import Runtime
 from unskit.southbound.driver import (
@@ -37,7 +38,7 @@ from unskit.southbound.driver import (
     SignalSpec,
 )
 from unskit.southbound.instance import InstanceContext, InstanceRunner
-from unskit.southbound.signals import INTEGER_RANGES, scale_value
+from unskit.southbound.signals import scale_value
 
 __all__ = ["DriverFactory", "Skipped", "SouthboundService"]
 
@@ -373,7 +374,7 @@ def _raw_element(signal: SignalSpec, kind: str, value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise bad_args(f"value: {signal.id} is {kind} and takes a finite number")
     raw = (value - (signal.offset or 0.0)) / (signal.scale if signal.scale else 1.0)
-    if kind in ("REAL", "LREAL"):
+    if kind in FLOAT_TYPES:
         return float(raw)
     rounded = round(raw)
     low, high = INTEGER_RANGES.get(kind, (-math.inf, math.inf))

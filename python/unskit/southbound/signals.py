@@ -4,26 +4,14 @@ batch windows, staleness and the last value for sb/read and sb/signals."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from unskit.signal import GateSpec, SignalBank, scale_values
 from unskit.southbound.driver import PublishMode, Quality, Reading, SignalSpec
 
-__all__ = ["INTEGER_RANGES", "SignalState", "SignalTable", "channel_token", "scale_value"]
-
-#: The CIP (and IEC 61131) integer types and their ranges.
-INTEGER_RANGES = {
-    "SINT": (-128, 127),
-    "INT": (-32768, 32767),
-    "DINT": (-(2**31), 2**31 - 1),
-    "LINT": (-(2**63), 2**63 - 1),
-    "USINT": (0, 255),
-    "UINT": (0, 65535),
-    "UDINT": (0, 2**32 - 1),
-    "ULINT": (0, 2**64 - 1),
-}
+__all__ = ["SignalState", "SignalTable", "channel_token", "scale_value"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -56,6 +44,23 @@ def scale_value(spec: SignalSpec, raw: Any) -> Any:
 def _gate_spec(spec: SignalSpec) -> GateSpec:
     deadband: Any = spec.deadband.type
     return GateSpec(spec.scale, spec.offset, deadband, spec.deadband.value, spec.publish_mode.value)
+
+
+def _fresh(state: SignalState, quality: Quality) -> bool:
+    """The first sample, and every quality change, restart the gate."""
+    return state.published_quality is None or quality != state.published_quality
+
+
+def _rounds(readings: Sequence[Reading]) -> Iterator[Sequence[Reading]]:
+    """`readings` cut before each repeat of a signal, so a signal's later reading is gated
+    after its earlier one is recorded (whose quality decides whether the gate restarts)."""
+    start, seen = 0, set[str]()
+    for k, reading in enumerate(readings):
+        if reading.signal_id in seen:
+            yield readings[start:k]
+            start, seen = k, set()
+        seen.add(reading.signal_id)
+    yield readings[start:]
 
 
 @dataclass
@@ -96,41 +101,73 @@ class SignalTable:
 
     def accept(self, readings: Sequence[Reading], now_ms: int, now: float) -> None:
         """Scales readings and queues the ones the change gate lets through."""
-        for reading in readings:
+        for batch in _rounds(readings):
+            scalars = self._gate_scalars(batch)
+            for k, reading in enumerate(batch):
+                self._record(reading, scalars.get(k), now_ms, now)
+
+    def _record(
+        self, reading: Reading, gated: tuple[Any, bool] | None, now_ms: int, now: float
+    ) -> None:
+        state = self.by_id.get(reading.signal_id)
+        if state is None:
+            return
+        if gated is None:
+            gated = self._gate(state, reading.value, reading.quality)
+        value, passed = gated
+        state.last_value, state.last_quality = value, reading.quality
+        state.last_source_ms, state.last_server_ms = reading.source_timestamp_ms, now_ms
+        state.last_detail = reading.detail
+        if reading.quality is Quality.GOOD:
+            state.last_good_monotonic = now
+        if not passed:
+            return
+        state.published_value, state.published_quality = value, reading.quality
+        state.pending.append(
+            {
+                "value": value,
+                "quality": reading.quality.value,
+                "source_timestamp_ms": reading.source_timestamp_ms,
+                "server_timestamp_ms": now_ms,
+            }
+        )
+        if state.window_ends is None:
+            state.window_ends = now + state.spec.batch_ms / 1000.0
+
+    def _gate_scalars(self, readings: Sequence[Reading]) -> dict[int, tuple[Any, bool]]:
+        """The numeric scalar readings through the bank in one batch (one Rust call per
+        poll): position -> (value to publish, passed). `readings` name each signal once."""
+        positions: list[int] = []
+        slots: list[int] = []
+        raws: list[float] = []
+        for k, reading in enumerate(readings):
             state = self.by_id.get(reading.signal_id)
-            if state is None:
+            if state is None or state.slots is None or len(state.slots) != 1:
                 continue
-            value, passed = self._gate(state, reading.value, reading.quality)
-            state.last_value, state.last_quality = value, reading.quality
-            state.last_source_ms, state.last_server_ms = reading.source_timestamp_ms, now_ms
-            state.last_detail = reading.detail
-            if reading.quality is Quality.GOOD:
-                state.last_good_monotonic = now
-            if not passed:
+            if not _numbers(reading.value):
                 continue
-            state.published_value, state.published_quality = value, reading.quality
-            state.pending.append(
-                {
-                    "value": value,
-                    "quality": reading.quality.value,
-                    "source_timestamp_ms": reading.source_timestamp_ms,
-                    "server_timestamp_ms": now_ms,
-                }
-            )
-            if state.window_ends is None:
-                state.window_ends = now + state.spec.batch_ms / 1000.0
+            if _fresh(state, reading.quality):
+                self._bank.reset(state.slots.start)
+            positions.append(k)
+            slots.append(state.slots.start)
+            raws.append(float(reading.value))
+        if not positions:
+            return {}
+        batch = self._bank.offer_batch(slots, raws)
+        gated: dict[int, tuple[Any, bool]] = {}
+        for i, k in enumerate(positions):
+            raw = readings[k].value
+            unscaled = _unscaled(self.by_id[readings[k].signal_id].spec)
+            gated[k] = (raw if unscaled else batch.values[i]), batch.mask[i]
+        return gated
 
     def _gate(self, state: SignalState, raw: Any, quality: Quality) -> tuple[Any, bool]:
-        """The value to publish and whether it passes: the first sample and every quality
-        change pass; numeric values go through the bank (scaling, publishMode, deadband)."""
+        """The value to publish and whether it passes, for what `_gate_scalars` leaves: the
+        first sample and every quality change pass; numeric arrays go through the bank
+        (scaling, publishMode, deadband)."""
         spec = state.spec
-        fresh = state.published_quality is None or quality != state.published_quality
+        fresh = _fresh(state, quality)
         slots = state.slots
-        if slots is not None and _numbers(raw) and len(slots) == 1:
-            if fresh:
-                self._bank.reset(slots.start)
-            passed, scaled = self._bank.offer(slots.start, float(raw))
-            return (raw if _unscaled(spec) else scaled), passed
         if (
             slots is not None
             and isinstance(raw, list)

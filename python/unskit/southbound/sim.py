@@ -11,8 +11,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from unskit.elementary_types import INTEGER_RANGES
 from unskit.southbound.driver import InstanceSpec, PollGroupSpec, Reading, SignalSpec
-from unskit.southbound.signals import INTEGER_RANGES
 
 __all__ = ["SimDriver", "sim_value"]
 

@@ -128,122 +128,127 @@ impl Bytes<'_> {
 // ---------------------------------------------------------------------------------------
 // Digests
 
-/// Streaming SHA-256, hashlib-style: `update(buffer)`, `digest()`, `hexdigest()`, `copy()`.
-#[pyclass(module = "unskit._core.image")]
-#[derive(Clone)]
-pub struct Sha256 {
-    inner: core::Sha256,
+/// What a digest class needs of its core hasher.
+trait Hasher: Clone + Send + 'static {
+    const NAME: &'static str;
+    const DIGEST_SIZE: usize;
+    type Digest: AsRef<[u8]>;
+    fn fresh() -> Self;
+    fn feed(&mut self, piece: &[u8]);
+    fn digest_bytes(&self) -> Self::Digest;
 }
 
-#[pymethods]
-impl Sha256 {
-    #[new]
-    #[pyo3(signature = (data = None))]
-    fn new(py: Python<'_>, data: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        let mut hasher = Sha256 {
-            inner: core::Sha256::new(),
-        };
-        if let Some(data) = data {
-            hasher.update(py, data)?;
+impl Hasher for core::Sha256 {
+    const NAME: &'static str = "sha256";
+    const DIGEST_SIZE: usize = core::Sha256::DIGEST_LEN;
+    type Digest = [u8; core::Sha256::DIGEST_LEN];
+    fn fresh() -> Self {
+        core::Sha256::new()
+    }
+    fn feed(&mut self, piece: &[u8]) {
+        self.update(piece);
+    }
+    fn digest_bytes(&self) -> Self::Digest {
+        self.digest()
+    }
+}
+
+impl Hasher for core::Crc32c {
+    const NAME: &'static str = "crc32c";
+    const DIGEST_SIZE: usize = 4;
+    type Digest = [u8; 4];
+    fn fresh() -> Self {
+        core::Crc32c::new()
+    }
+    fn feed(&mut self, piece: &[u8]) {
+        self.update(piece);
+    }
+    fn digest_bytes(&self) -> Self::Digest {
+        self.to_be_bytes()
+    }
+}
+
+/// A hashlib-style class over a core hasher: `Class(data=None)`, `name`, `digest_size`,
+/// `update(buffer)`, `digest()`, `hexdigest()`, `copy()`, then the class's own methods.
+/// (PyO3 takes one `#[pymethods]` block per class, so the shared methods are spliced in.)
+macro_rules! digest_class {
+    ($(#[$doc:meta])* $class:ident($core:ty) { $($own:tt)* }) => {
+        $(#[$doc])*
+        #[pyclass(module = "unskit._core.image")]
+        #[derive(Clone)]
+        pub struct $class {
+            inner: $core,
         }
-        Ok(hasher)
-    }
 
-    #[classattr]
-    fn name() -> &'static str {
-        "sha256"
-    }
+        #[pymethods]
+        impl $class {
+            #[new]
+            #[pyo3(signature = (data = None))]
+            fn new(py: Python<'_>, data: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+                let mut hasher = $class {
+                    inner: <$core as Hasher>::fresh(),
+                };
+                if let Some(data) = data {
+                    hasher.update(py, data)?;
+                }
+                Ok(hasher)
+            }
 
-    #[classattr]
-    fn digest_size() -> usize {
-        core::Sha256::DIGEST_LEN
-    }
+            #[classattr]
+            fn name() -> &'static str {
+                <$core as Hasher>::NAME
+            }
 
-    /// Feeds the bytes of any buffer (bytes, bytearray, memoryview, numpy array).
-    fn update(&mut self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
-        let inner = &mut self.inner;
-        for_each_piece(py, data, |piece| {
-            inner.update(piece);
-            Ok::<(), ()>(())
-        })?
-        .ok();
-        Ok(())
-    }
+            #[classattr]
+            fn digest_size() -> usize {
+                <$core as Hasher>::DIGEST_SIZE
+            }
 
-    fn digest<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, &self.inner.digest())
-    }
+            /// Feeds the bytes of any buffer (bytes, bytearray, memoryview, numpy array).
+            fn update(&mut self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
+                let inner = &mut self.inner;
+                for_each_piece(py, data, |piece| {
+                    inner.feed(piece);
+                    Ok::<(), ()>(())
+                })?
+                .ok();
+                Ok(())
+            }
 
-    fn hexdigest(&self) -> String {
-        hex(&self.inner.digest())
-    }
+            fn digest<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+                PyBytes::new(py, self.inner.digest_bytes().as_ref())
+            }
 
-    fn copy(&self) -> Self {
-        self.clone()
-    }
-}
+            fn hexdigest(&self) -> String {
+                hex(self.inner.digest_bytes().as_ref())
+            }
 
-/// Streaming CRC32C; `value` is the int, `digest()` its big-endian bytes, `base64()` what
-/// S3 (x-amz-checksum-crc32c) and GCS (crc32c) expect.
-#[pyclass(module = "unskit._core.image")]
-#[derive(Clone)]
-pub struct Crc32c {
-    inner: core::Crc32c,
-}
+            fn copy(&self) -> Self {
+                self.clone()
+            }
 
-#[pymethods]
-impl Crc32c {
-    #[new]
-    #[pyo3(signature = (data = None))]
-    fn new(py: Python<'_>, data: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        let mut hasher = Crc32c {
-            inner: core::Crc32c::new(),
-        };
-        if let Some(data) = data {
-            hasher.update(py, data)?;
+            $($own)*
         }
-        Ok(hasher)
-    }
+    };
+}
 
-    #[classattr]
-    fn name() -> &'static str {
-        "crc32c"
-    }
+digest_class! {
+    /// Streaming SHA-256, hashlib-style: `update(buffer)`, `digest()`, `hexdigest()`, `copy()`.
+    Sha256(core::Sha256) {}
+}
 
-    #[classattr]
-    fn digest_size() -> usize {
-        4
-    }
+digest_class! {
+    /// Streaming CRC32C; `value` is the int, `digest()` its big-endian bytes, `base64()` what
+    /// S3 (x-amz-checksum-crc32c) and GCS (crc32c) expect.
+    Crc32c(core::Crc32c) {
+        #[getter]
+        fn value(&self) -> u32 {
+            self.inner.value()
+        }
 
-    fn update(&mut self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
-        let inner = &mut self.inner;
-        for_each_piece(py, data, |piece| {
-            inner.update(piece);
-            Ok::<(), ()>(())
-        })?
-        .ok();
-        Ok(())
-    }
-
-    #[getter]
-    fn value(&self) -> u32 {
-        self.inner.value()
-    }
-
-    fn digest<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, &self.inner.to_be_bytes())
-    }
-
-    fn hexdigest(&self) -> String {
-        hex(&self.inner.to_be_bytes())
-    }
-
-    fn base64(&self) -> String {
-        base64_of_4(self.inner.to_be_bytes())
-    }
-
-    fn copy(&self) -> Self {
-        self.clone()
+        fn base64(&self) -> String {
+            base64_of_4(self.inner.to_be_bytes())
+        }
     }
 }
 

@@ -4,7 +4,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use unskit_core::cip::frame::{build, RealTimeFormat};
-use unskit_core::cip::plan::{CipType, FieldSpec, InputPlan, Sink};
+use unskit_core::cip::plan::{FieldSpec, InputPlan, Sink};
+use unskit_core::cip::types::CipType;
 use unskit_core::signal::Deadband;
 
 struct Count(usize);

@@ -1,5 +1,6 @@
-//! CIP implicit (class-1) I/O: datagram parse and build, and assembly plans compiled once
-//! from the assembly configuration.
+//! CIP implicit (class-1) I/O: datagram parse and build, assembly plans compiled once
+//! from the assembly configuration, and the elementary type table both use.
 
 pub mod frame;
 pub mod plan;
+pub mod types;

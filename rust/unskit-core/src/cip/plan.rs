@@ -7,99 +7,9 @@
 //! [`OutputPlan`] writes engineering values into an O-to-T assembly with range checks.
 
 use crate::cip::frame::{parse_datagram, Datagram, RealTimeFormat, Reason};
+use crate::cip::types::CipType;
 use crate::error::CoreError;
 use crate::signal::{Deadband, Scaling};
-
-/// The CIP elementary types an assembly field may have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CipType {
-    Bool,
-    Sint,
-    Int,
-    Dint,
-    Lint,
-    Usint,
-    Uint,
-    Udint,
-    Ulint,
-    Real,
-    Lreal,
-}
-
-impl CipType {
-    pub const ALL: [CipType; 11] = [
-        CipType::Bool,
-        CipType::Sint,
-        CipType::Int,
-        CipType::Dint,
-        CipType::Lint,
-        CipType::Usint,
-        CipType::Uint,
-        CipType::Udint,
-        CipType::Ulint,
-        CipType::Real,
-        CipType::Lreal,
-    ];
-
-    /// The type of a configuration name, any case (`DINT`, `dint`).
-    pub fn from_name(name: &str) -> Result<Self, CoreError> {
-        let upper = name.to_ascii_uppercase();
-        CipType::ALL
-            .into_iter()
-            .find(|t| t.name() == upper)
-            .ok_or_else(|| {
-                CoreError::InvalidCip(format!(
-                    "type {name:?} is not one of BOOL, SINT, INT, DINT, LINT, USINT, UINT, \
-                     UDINT, ULINT, REAL, LREAL"
-                ))
-            })
-    }
-
-    /// The upper-case name, as signal ids carry it.
-    pub fn name(self) -> &'static str {
-        match self {
-            CipType::Bool => "BOOL",
-            CipType::Sint => "SINT",
-            CipType::Int => "INT",
-            CipType::Dint => "DINT",
-            CipType::Lint => "LINT",
-            CipType::Usint => "USINT",
-            CipType::Uint => "UINT",
-            CipType::Udint => "UDINT",
-            CipType::Ulint => "ULINT",
-            CipType::Real => "REAL",
-            CipType::Lreal => "LREAL",
-        }
-    }
-
-    pub fn size(self) -> usize {
-        match self {
-            CipType::Bool | CipType::Sint | CipType::Usint => 1,
-            CipType::Int | CipType::Uint => 2,
-            CipType::Dint | CipType::Udint | CipType::Real => 4,
-            CipType::Lint | CipType::Ulint | CipType::Lreal => 8,
-        }
-    }
-
-    pub fn is_float(self) -> bool {
-        matches!(self, CipType::Real | CipType::Lreal)
-    }
-
-    /// The inclusive range of an integer type.
-    pub fn range(self) -> Option<(i128, i128)> {
-        Some(match self {
-            CipType::Sint => (i8::MIN.into(), i8::MAX.into()),
-            CipType::Int => (i16::MIN.into(), i16::MAX.into()),
-            CipType::Dint => (i32::MIN.into(), i32::MAX.into()),
-            CipType::Lint => (i64::MIN.into(), i64::MAX.into()),
-            CipType::Usint => (0, u8::MAX.into()),
-            CipType::Uint => (0, u16::MAX.into()),
-            CipType::Udint => (0, u32::MAX.into()),
-            CipType::Ulint => (0, u64::MAX.into()),
-            CipType::Bool | CipType::Real | CipType::Lreal => return None,
-        })
-    }
-}
 
 /// One assembly field as the configuration states it.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,12 +48,8 @@ pub struct Field {
 impl Field {
     /// Bytes from `offset` the field covers.
     fn extent(&self) -> usize {
-        match (self.ty, self.bit) {
-            (CipType::Bool, Some(_)) => 1,
-            // Arrays of BOOL are packed, eight to a byte, from bit 0 of `offset`.
-            (CipType::Bool, None) if self.is_array => self.count.div_ceil(8),
-            _ => self.count * self.ty.size(),
-        }
+        let array_count = self.is_array.then_some(self.count);
+        self.ty.field_bytes(self.bit.is_some(), array_count)
     }
 
     /// Element `k` as a raw integer (BOOL is 0 or 1); floats are not integers.
