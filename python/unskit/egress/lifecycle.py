@@ -13,7 +13,7 @@ from pathlib import PurePosixPath
 
 from unskit.egress.backends import Backend, safe_relative
 from unskit.egress.context import InstanceContext
-from unskit.egress.state import DeliveryRecord, DeliveryState, FileRecord, FileState
+from unskit.egress.records import DeliveryRecord, DeliveryState, FileRecord, FileState
 
 __all__ = ["SourceLifecycle"]
 

@@ -12,7 +12,7 @@ from unskit.egress.backends import Outcome
 from unskit.egress.config import DestinationSpec
 from unskit.egress.context import InstanceContext, ProgressSink
 from unskit.egress.lifecycle import SourceLifecycle
-from unskit.egress.state import FileRecord, Part
+from unskit.egress.records import FileRecord, Part
 
 __all__ = ["DeliveryJournal", "DeliveryOutcomes"]
 

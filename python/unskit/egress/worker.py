@@ -17,7 +17,7 @@ from unskit.egress.config import DestinationSpec
 from unskit.egress.context import InstanceContext
 from unskit.egress.lifecycle import SourceLifecycle
 from unskit.egress.outcomes import DeliveryOutcomes
-from unskit.egress.state import DeliveryRecord, FileRecord
+from unskit.egress.records import DeliveryRecord, FileRecord
 from unskit.egress.throttle import Throttle, TokenBucket
 from unskit.errors import (
     EgressError,
