@@ -264,7 +264,7 @@ def test_status_pause_resume_and_retry(adapters: AdapterHarness, tmp_path: Path)
 
 def test_objectstore_credentials_resolve_from_the_vault(tmp_path: Path):
     from unskit.config.vault import Vault, VaultKey, VaultSecrets
-    from unskit.egress.backends.objectstore import _credentials
+    from unskit.egress.backends.objectrules import credentials
     from unskit.errors import SecretError
 
     key = VaultKey.generate()
@@ -274,17 +274,15 @@ def test_objectstore_credentials_resolve_from_the_vault(tmp_path: Path):
     vault.put("s3", {"accessKeyId": "AKIA1", "secretAccessKey": "shh"})
     vault.put("loose", "just-a-token")
     secrets = VaultSecrets(str(tmp_path / "vault.json"), key_file=str(key_file))
-    bundle = _credentials({"$secret": "s3"}, secrets)
+    bundle = credentials({"$secret": "s3"}, secrets)
     assert bundle is not None
     assert bundle["accessKeyId"].reveal() == "AKIA1"
     assert bundle["secretAccessKey"].reveal() == "shh"
     assert bundle["sessionToken"] is None
-    fields = _credentials(
-        {"accessKeyId": "AKIA2", "secretAccessKey": {"$secret": "loose"}}, secrets
-    )
+    fields = credentials({"accessKeyId": "AKIA2", "secretAccessKey": {"$secret": "loose"}}, secrets)
     assert fields is not None
     assert fields["secretAccessKey"].reveal() == "just-a-token"
     assert "just-a-token" not in repr(fields)
-    assert _credentials(None, secrets) is None  # the ambient provider chain
+    assert credentials(None, secrets) is None  # the ambient provider chain
     with pytest.raises(SecretError):
-        _credentials({"$secret": "missing"}, secrets)
+        credentials({"$secret": "missing"}, secrets)

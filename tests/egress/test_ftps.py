@@ -254,14 +254,14 @@ def test_a_credentials_bundle_logs_in(explicit: FtpsServer, tmp_path: Path):
     vault = Vault({"ftp-login": {"username": USER, "password": PASSWORD}})
     backend = open_backend(settings, vault)
     try:
-        assert backend._client().pwd() == "/"  # type: ignore[attr-defined]
+        assert backend.connect().pwd() == "/"  # type: ignore[attr-defined]
     finally:
         backend.close()
     wrong = Vault({"ftp-login": {"username": USER, "password": "wrong-password-value"}})
     backend = open_backend(settings, wrong)
     try:
         with pytest.raises(DestinationError, match="530") as refused:
-            backend._client()  # type: ignore[attr-defined]
+            backend.connect()  # type: ignore[attr-defined]
         assert "wrong-password-value" not in str(refused.value)
     finally:
         backend.close()

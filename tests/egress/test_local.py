@@ -87,8 +87,8 @@ def test_a_fresh_file_is_queued_only_once_it_has_settled(harness: Harness, tmp_p
     mtime = path.stat().st_mtime
     pipeline, events = harness.start([local(tmp_path / "out")], settle=1.0)
     wait_until(lambda: events.of("file-completed"), 20, "the settled file")
-    history = pipeline.state._all("SELECT discovered_at FROM files WHERE rel = 'fresh.bin'")
-    assert history[0][0] >= mtime + 1.0
+    (record,) = pipeline.state.files_by_rel("line-1", ["fresh.bin"])
+    assert record.discovered_at >= mtime + 1.0
 
 
 def test_a_corrupted_copy_fails_verification_and_is_sent_again(harness: Harness, tmp_path):

@@ -182,7 +182,7 @@ def test_a_credentials_bundle_holds_the_key_itself(sshd: Sshd, tmp_path: Path):
     settings["credentials"] = {"$secret": "sftp-login"}
     backend = open_backend(settings, vault)
     try:
-        sftp = backend._client()  # type: ignore[attr-defined]
+        sftp = backend.connect()  # type: ignore[attr-defined]
         assert sftp.listdir(str(tmp_path)) is not None
     finally:
         backend.close()
@@ -281,7 +281,7 @@ def test_a_refused_password_login_is_a_destination_error(sshd: Sshd, tmp_path: P
     try:
         # This sshd takes keys only: the password is offered and refused.
         with pytest.raises(DestinationError, match="BadAuthenticationType") as refused:
-            backend._client()  # type: ignore[attr-defined]
+            backend.connect()  # type: ignore[attr-defined]
         assert password not in str(refused.value)
     finally:
         backend.close()
@@ -322,6 +322,6 @@ def test_a_refused_key_falls_back_to_the_password(sshd: Sshd, tmp_path: Path):
         # The key is not authorized; the password is then offered, and this sshd refuses
         # the password method itself (a key-only refusal would be AuthenticationException).
         with pytest.raises(DestinationError, match="BadAuthenticationType"):
-            backend._client()  # type: ignore[attr-defined]
+            backend.connect()  # type: ignore[attr-defined]
     finally:
         backend.close()

@@ -187,10 +187,7 @@ def _send(
     with progress:
         try:
             pipeline.start()
-            with pipeline.wake:
-                # Woken by every delivery, failure and completion: no polling.
-                while not (outcome := pipeline.settled(list(files))):
-                    pipeline.wake.wait()
+            outcome = pipeline.wait_settled(list(files))
         except KeyboardInterrupt:
             console.print("interrupted: progress kept; run the same command to resume")
             return EXIT_FAILED

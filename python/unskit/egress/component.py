@@ -78,7 +78,7 @@ class FileEgress:
         except BaseException:
             self.state.close()
             raise
-        inbox = runtime.command_inbox(lambda: tuple(self._pipeline().instances))
+        inbox = runtime.command_inbox(lambda: self._pipeline().instance_ids())
         for verb in (
             Verb(
                 "status",
@@ -118,7 +118,7 @@ class FileEgress:
 
     def _instance(self, instance_id: str | None) -> InstancePipeline:
         assert instance_id is not None
-        instance = self._pipeline().instances.get(instance_id)
+        instance = self._pipeline().instance(instance_id)
         if instance is None:
             raise CommandError(ErrorCode.NO_SUCH_INSTANCE, f"no instance named {instance_id!r}")
         return instance
@@ -129,7 +129,7 @@ class FileEgress:
         assert self._runtime is not None
         return {
             "component": self._runtime.topics.component,
-            "instances": [i.status() for i in self._pipeline().instances.values()],
+            "instances": self._pipeline().status(),
         }
 
     def _pause(self, context: CommandContext) -> Mapping[str, Any]:

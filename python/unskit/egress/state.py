@@ -10,9 +10,19 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
+
+from unskit.egress.records import (
+    DELIVERY_COLUMNS,
+    FILE_COLUMNS,
+    DeliveryRecord,
+    DeliveryState,
+    FileRecord,
+    FileState,
+    Part,
+    delivery_record,
+    file_record,
+)
 
 __all__ = ["DeliveryRecord", "DeliveryState", "EgressState", "FileRecord", "FileState", "Part"]
 
@@ -52,86 +62,6 @@ CREATE TABLE IF NOT EXISTS parts (
 """
 
 
-class FileState(str, Enum):
-    ACTIVE = "active"
-    COMPLETED = "completed"
-    VANISHED = "vanished"
-
-
-class DeliveryState(str, Enum):
-    PENDING = "pending"
-    VERIFIED = "verified"
-    FAILED = "failed"
-
-
-@dataclass(frozen=True)
-class FileRecord:
-    id: int
-    instance: str
-    rel: str
-    size: int
-    mtime_ns: int
-    state: FileState
-    discovered_at: float
-
-
-@dataclass(frozen=True)
-class DeliveryRecord:
-    file_id: int
-    dest: str
-    state: DeliveryState
-    offset: int
-    upload_id: str | None
-    attempts: int
-    last_error: str | None
-    next_at: float
-    bytes_sent: int
-
-
-@dataclass(frozen=True)
-class Part:
-    """One uploaded part of a multipart transfer, as recorded when its upload returned."""
-
-    number: int
-    etag: str
-    checksum: bytes
-    size: int
-
-
-_FILE_COLUMNS = "id, instance, rel, size, mtime_ns, state, discovered_at"
-_DELIVERY_COLUMNS = (
-    "file_id, dest, state, offset, upload_id, attempts, last_error, next_at, bytes_sent"
-)
-
-
-def _file(row: tuple[object, ...]) -> FileRecord:
-    ident, instance, rel, size, mtime_ns, state, discovered = row
-    return FileRecord(
-        int(ident),  # type: ignore[call-overload]
-        str(instance),
-        str(rel),
-        int(size),  # type: ignore[call-overload]
-        int(mtime_ns),  # type: ignore[call-overload]
-        FileState(state),
-        float(discovered),  # type: ignore[arg-type]
-    )
-
-
-def _delivery(row: tuple[object, ...]) -> DeliveryRecord:
-    file_id, dest, state, offset, upload_id, attempts, error, next_at, sent = row
-    return DeliveryRecord(
-        int(file_id),  # type: ignore[call-overload]
-        str(dest),
-        DeliveryState(state),
-        int(offset),  # type: ignore[call-overload]
-        None if upload_id is None else str(upload_id),
-        int(attempts),  # type: ignore[call-overload]
-        None if error is None else str(error),
-        float(next_at),  # type: ignore[arg-type]
-        int(sent),  # type: ignore[call-overload]
-    )
-
-
 class EgressState:
     """The progress store; thread-safe (one connection behind a lock, WAL journal)."""
 
@@ -166,42 +96,38 @@ class EgressState:
         with self._lock:
             return list(self._db.execute(sql, tuple(args)).fetchall())
 
+    def _files(self, where: str, args: Iterable[object]) -> list[FileRecord]:
+        rows = self._all(f"SELECT {FILE_COLUMNS} FROM files WHERE {where}", args)
+        return [file_record(row) for row in rows]
+
+    def _deliveries(self, where: str, args: Iterable[object]) -> list[DeliveryRecord]:
+        rows = self._all(f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE {where}", args)
+        return [delivery_record(row) for row in rows]
+
     # -- files --------------------------------------------------------------------------
 
     def active_files(self, instance: str) -> list[FileRecord]:
         """Files not yet completed, oldest first."""
-        rows = self._all(
-            f"SELECT {_FILE_COLUMNS} FROM files WHERE instance = ? AND state = 'active' "
-            "ORDER BY id",
-            (instance,),
-        )
-        return [_file(row) for row in rows]
+        return self._files("instance = ? AND state = 'active' ORDER BY id", (instance,))
 
     def find_active(self, instance: str, rel: str) -> FileRecord | None:
         """The active record of a source path, if any."""
-        rows = self._all(
-            f"SELECT {_FILE_COLUMNS} FROM files WHERE instance = ? AND rel = ? "
-            "AND state = 'active'",
-            (instance, rel),
-        )
-        return _file(rows[0]) if rows else None
+        found = self._files("instance = ? AND rel = ? AND state = 'active'", (instance, rel))
+        return found[0] if found else None
 
     def files_by_rel(self, instance: str, rels: Iterable[str]) -> list[FileRecord]:
         """The newest record of each of these relative paths (any state)."""
         found: list[FileRecord] = []
         for rel in rels:
-            rows = self._all(
-                f"SELECT {_FILE_COLUMNS} FROM files WHERE instance = ? AND rel = ? "
-                "ORDER BY id DESC LIMIT 1",
-                (instance, rel),
+            found.extend(
+                self._files("instance = ? AND rel = ? ORDER BY id DESC LIMIT 1", (instance, rel))
             )
-            found.extend(_file(row) for row in rows)
         return found
 
     def file(self, file_id: int) -> FileRecord | None:
         """A file record by id."""
-        rows = self._all(f"SELECT {_FILE_COLUMNS} FROM files WHERE id = ?", (file_id,))
-        return _file(rows[0]) if rows else None
+        found = self._files("id = ?", (file_id,))
+        return found[0] if found else None
 
     def add_file(
         self, instance: str, rel: str, size: int, mtime_ns: int, destinations: Iterable[str]
@@ -236,9 +162,9 @@ class EgressState:
         were, so their partial remote state can be discarded."""
         with self._tx() as db:
             before = [
-                _delivery(row)
+                delivery_record(row)
                 for row in db.execute(
-                    f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE file_id = ?", (file_id,)
+                    f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE file_id = ?", (file_id,)
                 )
             ]
             db.execute(
@@ -281,26 +207,19 @@ class EgressState:
 
     def deliveries(self, file_id: int) -> list[DeliveryRecord]:
         """Every delivery of one file."""
-        rows = self._all(
-            f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE file_id = ? ORDER BY dest",
-            (file_id,),
-        )
-        return [_delivery(row) for row in rows]
+        return self._deliveries("file_id = ? ORDER BY dest", (file_id,))
 
     def delivery(self, file_id: int, dest: str) -> DeliveryRecord | None:
         """One delivery."""
-        rows = self._all(
-            f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE file_id = ? AND dest = ?",
-            (file_id, dest),
-        )
-        return _delivery(rows[0]) if rows else None
+        found = self._deliveries("file_id = ? AND dest = ?", (file_id, dest))
+        return found[0] if found else None
 
     def next_due(
         self, instance: str, dest: str, now: float
     ) -> tuple[tuple[FileRecord, DeliveryRecord] | None, float | None]:
         """The oldest file due for this destination, else when the next one falls due."""
-        columns = ", ".join(f"f.{c.strip()}" for c in _FILE_COLUMNS.split(","))
-        delivery_columns = ", ".join(f"d.{c.strip()}" for c in _DELIVERY_COLUMNS.split(","))
+        columns = ", ".join(f"f.{c.strip()}" for c in FILE_COLUMNS.split(","))
+        delivery_columns = ", ".join(f"d.{c.strip()}" for c in DELIVERY_COLUMNS.split(","))
         where = (
             "FROM files f JOIN deliveries d ON d.file_id = f.id WHERE f.instance = ? "
             "AND f.state = 'active' AND d.dest = ? AND d.state = 'pending'"
@@ -311,7 +230,7 @@ class EgressState:
             (instance, dest, now),
         )
         if rows:
-            return (_file(rows[0][:7]), _delivery(rows[0][7:])), None
+            return (file_record(rows[0][:7]), delivery_record(rows[0][7:])), None
         later = self._all(f"SELECT MIN(d.next_at) {where}", (instance, dest))
         value = later[0][0] if later else None
         return None, None if value is None else float(value)  # type: ignore[arg-type]

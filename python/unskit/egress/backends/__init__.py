@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 from unskit.config.secrets import SecretResolver
-from unskit.egress.state import Part
+from unskit.egress.records import Part
 from unskit.egress.throttle import Throttle
 from unskit.errors import ConfigError, ConfigIssue, SourceChangedError, UnsafePathError
 

@@ -13,29 +13,20 @@ import logging
 import posixpath
 import socket
 import ssl
-from collections.abc import Mapping
-from pathlib import PurePosixPath
+from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
-from unskit.config.secrets import Secret, SecretResolver
-from unskit.egress.backends import Outcome, Transfer
+from unskit.config.secrets import SecretResolver
+from unskit.egress.backends import Transfer
 from unskit.egress.backends.remote import (
-    CHECKPOINT_BYTES,
     CHUNK,
-    DEFAULT_ALGORITHM,
-    DEFAULT_TEMP_SUFFIX,
-    bundle_fields,
+    StreamedBackend,
     hash_prefix,
-    remote_path,
     send_chunks,
+    send_segments,
 )
-from unskit.egress.verify import Algorithm, Digest, new_digest
-from unskit.errors import (
-    DestinationError,
-    EgressError,
-    SourceChangedError,
-    VerificationError,
-)
+from unskit.egress.verify import Digest
+from unskit.errors import DestinationError
 
 __all__ = ["DEFAULT_EXPLICIT_PORT", "DEFAULT_IMPLICIT_PORT", "FtpsBackend"]
 
@@ -86,24 +77,23 @@ class _Client(ftplib.FTP_TLS):
         return conn, size
 
 
-class FtpsBackend:
+class FtpsBackend(StreamedBackend[_Client]):
     """Delivers under `baseDir` on one FTPS server."""
 
+    sdk_errors = _FTP_ERRORS
+    discard_errors = _FTP_ERRORS
+
     def __init__(self, settings: Mapping[str, Any], secrets: SecretResolver | None) -> None:
-        self.host: str = settings["host"]
         self.explicit = bool(settings.get("explicitTls", True))
-        default_port = DEFAULT_EXPLICIT_PORT if self.explicit else DEFAULT_IMPLICIT_PORT
-        self.port = int(settings.get("port", default_port))
-        self.base_dir: str = settings.get("baseDir", "")
+        super().__init__(
+            settings,
+            secrets,
+            scheme="ftps",
+            default_port=DEFAULT_EXPLICIT_PORT if self.explicit else DEFAULT_IMPLICIT_PORT,
+            credential_fields=_CREDENTIAL_FIELDS,
+        )
         self.passive = bool(settings.get("passive", True))
-        self.temp_suffix: str = settings.get("tempSuffix", DEFAULT_TEMP_SUFFIX)
-        self.algorithm = Algorithm(settings.get("checksumAlgorithm", DEFAULT_ALGORITHM))
         self.ca_path: str | None = settings.get("caPath")
-        credentials = bundle_fields(settings, secrets, _CREDENTIAL_FIELDS)
-        username = credentials["username"] or settings.get("username")
-        self.username = username.reveal() if isinstance(username, Secret) else username
-        self.password = credentials["password"]
-        self.where = f"ftps://{self.host}:{self.port}"
         self._ftp: _Client | None = None
 
     # -- connection ------------------------------------------------------------------------
@@ -116,7 +106,8 @@ class FtpsBackend:
         except (OSError, ssl.SSLError) as exc:
             raise DestinationError(f"{self.where}: caPath {self.ca_path}: {exc}") from exc
 
-    def _client(self) -> _Client:
+    def connect(self) -> _Client:
+        """The logged-in control connection (a NOOP checks a kept one)."""
         if self._ftp is not None:
             try:
                 self._ftp.voidcmd("NOOP")
@@ -145,65 +136,52 @@ class FtpsBackend:
         self._ftp = ftp
         return ftp
 
-    # -- delivery --------------------------------------------------------------------------
+    def close(self) -> None:
+        """Says QUIT and closes the control connection."""
+        ftp, self._ftp = self._ftp, None
+        if ftp is not None:
+            with contextlib.suppress(*_FTP_ERRORS):
+                ftp.quit()
+            ftp.close()
 
-    def deliver(self, transfer: Transfer) -> Outcome:
-        """Appends the missing bytes at the recorded offset, re-hashes, renames into place."""
-        target = remote_path(self.base_dir, transfer.relative)
-        transfer.check_source()
-        ftp = self._client()
-        try:
-            return self._deliver(ftp, transfer, target, target + self.temp_suffix)
-        except EgressError:
-            raise
-        except _FTP_ERRORS as exc:
-            self.close()
-            raise DestinationError(f"{self.where}: {target}: {exc}") from exc
+    # -- file operations -------------------------------------------------------------------
 
-    @staticmethod
-    def _size(ftp: _Client, path: str) -> int | None:
+    def _size(self, session: _Client, path: str) -> int | None:
         try:
-            size = ftp.size(path)
+            size = session.size(path)
         except ftplib.error_perm:
             return None  # 550: no such file
         return None if size is None else int(size)
 
-    def _deliver(self, ftp: _Client, transfer: Transfer, target: str, temp: str) -> Outcome:
-        temp_size = self._size(ftp, temp)
-        if transfer.offset > 0 and temp_size is None and self._already_there(ftp, transfer, target):
-            return Outcome(transfer.size, 0, {"path": target, "alreadyDelivered": True})
-        self._makedirs(ftp, posixpath.dirname(target))
-        offset = min(transfer.offset, temp_size or 0)
-        digest = new_digest(self.algorithm)
-        sent = 0
-        with open(transfer.source, "rb") as source:
-            hash_prefix(source, digest, offset, transfer)
-            position = offset
-            # None: nothing usable there yet, so the first segment is a STOR that creates (or
-            # empties) the temporary file, even for an empty source.
-            remote = temp_size if offset else None
-            while remote is None or position < transfer.size:
-                step = min(CHECKPOINT_BYTES, transfer.size - position)
-                got = self._segment(ftp, transfer, source, temp, position, remote, step, digest)
-                sent += got
-                position += got
-                size = self._size(ftp, temp)
-                if size != position:
-                    raise DestinationError(
-                        f"{self.where}: {temp}: SIZE {size} after {position} bytes were written"
-                    )
-                transfer.journal.offset(position)
-                remote = size
-                if got < step:
-                    raise SourceChangedError(f"{transfer.relative} shrank while it was sent")
-        transfer.check_source()
-        copy = self._read_digest(ftp, temp, transfer.size)
-        if copy != digest.digest():
-            raise VerificationError(
-                f"{self.where}: {temp}: the copy's {self.algorithm.value} differs from the source's"
-            )
-        self._rename(ftp, temp, target)
-        return Outcome(offset, sent, {"path": target})
+    def _write(
+        self,
+        session: _Client,
+        transfer: Transfer,
+        source: BinaryIO,
+        temp: str,
+        offset: int,
+        temp_size: int | None,
+        digest: Digest,
+    ) -> int:
+        """Sends 8 MiB segments, each checked with SIZE before its offset is recorded."""
+        hash_prefix(source, digest, offset, transfer)
+        # None: nothing usable there yet, so the first segment is a STOR that creates (or
+        # empties) the temporary file, even for an empty source.
+        remote = temp_size if offset else None
+
+        def segment(position: int, step: int) -> int:
+            nonlocal remote
+            got = self._segment(session, transfer, source, temp, position, remote, step, digest)
+            size = self._size(session, temp)
+            if size != position + got:
+                raise DestinationError(
+                    f"{self.where}: {temp}: SIZE {size} after {position + got} bytes were written"
+                )
+            transfer.journal.offset(position + got)
+            remote = size
+            return got
+
+        return send_segments(transfer, offset, segment, create=remote is None)
 
     def _segment(
         self,
@@ -246,68 +224,29 @@ class FtpsBackend:
             raise DestinationError(f"{self.where}: {command}: {reply}")
         return got
 
-    def _read_digest(self, ftp: _Client, path: str, size: int) -> bytes:
-        """The digest of the remote file, read back (servers rarely offer a hash command)."""
-        digest = new_digest(self.algorithm)
-        read = 0
+    def _read(self, session: _Client, path: str, size: int, feed: Callable[[bytes], None]) -> None:
+        session.retrbinary(f"RETR {path}", feed, blocksize=CHUNK)
 
-        def feed(chunk: bytes) -> None:
-            nonlocal read
-            digest.update(chunk)
-            read += len(chunk)
-
-        ftp.retrbinary(f"RETR {path}", feed, blocksize=CHUNK)
-        if read != size:
-            raise VerificationError(f"{self.where}: {path} holds {read} bytes, {size} were sent")
-        return digest.digest()
-
-    def _already_there(self, ftp: _Client, transfer: Transfer, target: str) -> bool:
-        """Progress was recorded but the temporary file is gone: a crash after the rename and
-        before the verification was recorded. The copy in place counts only if it re-hashes
-        to the source's digest."""
-        if self._size(ftp, target) != transfer.size:
-            return False
-        digest = new_digest(self.algorithm)
-        with open(transfer.source, "rb") as source:
-            hash_prefix(source, digest, transfer.size, transfer)
+    def _rename(self, session: _Client, temp: str, target: str) -> None:
         try:
-            same = self._read_digest(ftp, target, transfer.size) == digest.digest()
-        except VerificationError:
-            return False
-        transfer.check_source()
-        return same
-
-    def _rename(self, ftp: _Client, temp: str, target: str) -> None:
-        try:
-            ftp.rename(temp, target)
+            session.rename(temp, target)
         except ftplib.error_perm:
             # Servers that refuse to rename over an existing file: remove it, then rename.
             with contextlib.suppress(ftplib.error_perm):
-                ftp.delete(target)
-            ftp.rename(temp, target)
+                session.delete(target)
+            session.rename(temp, target)
 
-    def _makedirs(self, ftp: _Client, directory: str) -> None:
+    def _makedirs(self, session: _Client, directory: str) -> None:
         if directory in ("", "/", "."):
             return
         try:
-            ftp.mkd(directory)
+            session.mkd(directory)
             return
         except ftplib.error_perm:
             pass  # it exists, or its parent does not
-        self._makedirs(ftp, posixpath.dirname(directory))
+        self._makedirs(session, posixpath.dirname(directory))
         with contextlib.suppress(ftplib.error_perm):
-            ftp.mkd(directory)
+            session.mkd(directory)
 
-    def discard(self, relative: PurePosixPath, upload_id: str | None) -> None:
-        """Removes the temporary file of an abandoned delivery (best effort)."""
-        with contextlib.suppress(EgressError, *_FTP_ERRORS):
-            temp = remote_path(self.base_dir, relative) + self.temp_suffix
-            self._client().delete(temp)
-
-    def close(self) -> None:
-        """Says QUIT and closes the control connection."""
-        ftp, self._ftp = self._ftp, None
-        if ftp is not None:
-            with contextlib.suppress(*_FTP_ERRORS):
-                ftp.quit()
-            ftp.close()
+    def _remove(self, session: _Client, path: str) -> None:
+        session.delete(path)

@@ -19,14 +19,21 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
-from unskit.config.secrets import Secret, SecretRef, SecretResolver, resolve_value
-from unskit.egress.backends import Outcome, Transfer, safe_relative
+from unskit.config.secrets import Secret, SecretResolver
+from unskit.egress.backends import Outcome, Transfer
+from unskit.egress.backends.objectrules import (
+    CHECKSUM_FIELD,
+    check_put_reply,
+    check_stored,
+    credentials,
+    kept_parts,
+    object_key,
+)
 from unskit.egress.config import DEFAULT_MULTIPART_BYTES
-from unskit.egress.state import Part
+from unskit.egress.records import Part
 from unskit.egress.verify import Algorithm, b64, composite, md5_hex, multipart_etag, new_digest
 from unskit.errors import (
     DestinationError,
-    SecretError,
     SourceChangedError,
     TransferInterruptedError,
     VerificationError,
@@ -37,39 +44,6 @@ __all__ = ["ObjectStoreBackend", "object_key"]
 _log = logging.getLogger(__name__)
 
 DEFAULT_CONCURRENT_PARTS = 4
-_CHECKSUM_FIELD = {Algorithm.CRC32C: "ChecksumCRC32C", Algorithm.SHA256: "ChecksumSHA256"}
-_CREDENTIAL_FIELDS = ("accessKeyId", "secretAccessKey", "sessionToken")
-
-
-def object_key(prefix: str, relative: PurePosixPath) -> str:
-    """The object key: the prefix, a '/' unless it ends with one, then the relative path."""
-    rel = str(safe_relative(str(relative)))
-    if not prefix:
-        return rel
-    return prefix + rel if prefix.endswith("/") else f"{prefix}/{rel}"
-
-
-def _credentials(value: object, secrets: SecretResolver | None) -> dict[str, Secret | None] | None:
-    if value is None:
-        return None  # the ambient provider chain (environment, profile, instance role)
-    ref = SecretRef.parse(value)
-    if ref is not None:
-        # A bundle secret: each field resolved by name; sessionToken is optional.
-        resolved: dict[str, Secret | None] = {}
-        for name in _CREDENTIAL_FIELDS:
-            try:
-                resolved[name] = resolve_value(SecretRef(ref.name, name), secrets)
-            except SecretError:
-                if name == "sessionToken":
-                    resolved[name] = None
-                    continue
-                raise
-        return resolved
-    assert isinstance(value, Mapping)
-    return {
-        name: resolve_value(SecretRef.parse(value.get(name)) or value.get(name), secrets)
-        for name in _CREDENTIAL_FIELDS
-    }
 
 
 def _reveal(secret: Secret | None) -> str | None:
@@ -102,7 +76,7 @@ class ObjectStoreBackend:
             self.extra["ServerSideEncryption"] = self.sse
         if "kmsKeyId" in settings:
             self.extra["SSEKMSKeyId"] = settings["kmsKeyId"]
-        credentials = _credentials(settings.get("credentials"), secrets)
+        keys = credentials(settings.get("credentials"), secrets)
         config = botocore.config.Config(
             region_name=settings.get("region"),
             max_pool_connections=max(10, self.concurrency + 2),
@@ -118,18 +92,18 @@ class ObjectStoreBackend:
             },
         )
         session_args: dict[str, Any] = {}
-        if credentials is not None:
+        if keys is not None:
             session_args = {
-                "aws_access_key_id": _reveal(credentials["accessKeyId"]),
-                "aws_secret_access_key": _reveal(credentials["secretAccessKey"]),
-                "aws_session_token": _reveal(credentials["sessionToken"]),
+                "aws_access_key_id": _reveal(keys["accessKeyId"]),
+                "aws_secret_access_key": _reveal(keys["secretAccessKey"]),
+                "aws_session_token": _reveal(keys["sessionToken"]),
             }
         try:
             session = boto3.session.Session(**session_args)
             self._s3 = session.client("s3", endpoint_url=settings.get("endpointUrl"), config=config)
         except botocore.exceptions.BotoCoreError as exc:
             raise _error(f"objectstore {self.bucket}", exc) from exc
-        self._checksum_field = _CHECKSUM_FIELD[self.algorithm]
+        self._checksum_field = CHECKSUM_FIELD[self.algorithm]
         self._hasher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="egress-md5")
 
     def _call(self, action: str, method: str, **kwargs: Any) -> Any:
@@ -177,25 +151,9 @@ class ObjectStoreBackend:
             # A KMS entity tag is not the content's MD5: ask the store for its checksum.
             self._verify(transfer, key, checksum, reply.get("ETag", ""), None)
         else:
-            self._verify_put(transfer, key, checksum, reply, md5.result())
+            where = f"s3://{self.bucket}/{key}"
+            check_put_reply(where, self.algorithm, reply, checksum, md5.result())
         return Outcome(0, len(data), {"key": key, "bucket": self.bucket})
-
-    def _verify_put(
-        self, transfer: Transfer, key: str, checksum: bytes, reply: Mapping[str, Any], md5: str
-    ) -> None:
-        """A single PUT is verified from its reply, without another round trip: the entity
-        tag is the MD5 the store computed over the bytes it stored, and the flexible
-        checksum, when echoed, is the one it validated."""
-        where = f"s3://{self.bucket}/{key}"
-        etag = str(reply.get("ETag", "")).strip('"')
-        if etag != md5:
-            raise VerificationError(f"{where}: entity tag {etag}, the source's MD5 is {md5}")
-        echoed = reply.get(self._checksum_field)
-        if echoed is not None and echoed != b64(checksum):
-            raise VerificationError(
-                f"{where}: stored {self.algorithm.value} {echoed} differs from the source's "
-                f"{b64(checksum)}"
-            )
 
     # -- multipart -------------------------------------------------------------------------
 
@@ -226,13 +184,10 @@ class ObjectStoreBackend:
             )
             upload_id = str(reply["UploadId"])
             transfer.journal.upload(upload_id)
-        parts: dict[int, Part] = {}
-        for number, part in transfer.parts.items():
-            # A recorded part counts only if the store lists it with the same tag and size.
-            if listed.get(number) == (part.etag, part.size) and number <= count:
-                parts[number] = part
-            else:
-                transfer.journal.forget_part(number)
+        # A recorded part counts only if the store lists it with the same tag and size.
+        parts, dropped = kept_parts(transfer.parts, listed, count)
+        for number in dropped:
+            transfer.journal.forget_part(number)
         resumed = sum(part.size for part in parts.values())
         if parts:
             _log.info(
@@ -370,24 +325,9 @@ class ObjectStoreBackend:
             "verify", "head_object", Bucket=self.bucket, Key=key, ChecksumMode="ENABLED"
         )
         where = f"s3://{self.bucket}/{key}"
-        if int(head.get("ContentLength", -1)) != transfer.size:
-            raise VerificationError(
-                f"{where}: {head.get('ContentLength')} bytes stored, {transfer.size} sent"
-            )
-        stored = head.get(self._checksum_field)
-        if stored is None:
-            raise VerificationError(f"{where}: the store reports no {self.algorithm.value}")
-        # A composite value may carry a "-<parts>" suffix; the digest is before it.
-        if stored.split("-")[0] != b64(checksum):
-            raise VerificationError(
-                f"{where}: stored {self.algorithm.value} {stored} differs from the source's "
-                f"{b64(checksum)}"
-            )
-        etag = str(head.get("ETag", "")).strip('"')
-        if etag != written_etag.strip('"'):
-            raise VerificationError(f"{where}: entity tag {etag} is not the one written")
-        if expected_etag is not None and etag != expected_etag:
-            raise VerificationError(f"{where}: entity tag {etag}, expected {expected_etag}")
+        check_stored(
+            where, self.algorithm, head, transfer.size, checksum, written_etag, expected_etag
+        )
 
     def discard(self, relative: PurePosixPath, upload_id: str | None) -> None:
         """Aborts an abandoned multipart upload (best effort)."""

@@ -14,33 +14,24 @@ import logging
 import posixpath
 import socket
 import stat
-from collections.abc import Mapping
-from pathlib import PurePosixPath
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, BinaryIO
 
 import paramiko
 from paramiko.sftp import CMD_EXTENDED
 
 from unskit.config.secrets import Secret, SecretResolver
-from unskit.egress.backends import Outcome, Transfer
+from unskit.egress.backends import Transfer
 from unskit.egress.backends.remote import (
-    CHECKPOINT_BYTES,
     CHUNK,
-    DEFAULT_ALGORITHM,
-    DEFAULT_TEMP_SUFFIX,
-    bundle_fields,
+    StreamedBackend,
     hash_prefix,
-    remote_path,
     send_chunks,
+    send_segments,
 )
 from unskit.egress.config import parse_host_key
-from unskit.egress.verify import Algorithm, new_digest
-from unskit.errors import (
-    DestinationError,
-    EgressError,
-    SourceChangedError,
-    VerificationError,
-)
+from unskit.egress.verify import Digest
+from unskit.errors import DestinationError, EgressError
 
 __all__ = ["DEFAULT_PORT", "SftpBackend"]
 
@@ -73,37 +64,38 @@ def _load_key(text: str | None, path: str | None, passphrase: Secret | None) -> 
     raise paramiko.SSHException("the private key is not a readable Ed25519, ECDSA or RSA key")
 
 
-class SftpBackend:
+class SftpBackend(StreamedBackend[paramiko.SFTPClient]):
     """Delivers under `baseDir` on one SFTP server."""
 
+    sdk_errors = (paramiko.SSHException, OSError, EOFError)
+    discard_errors = (OSError, paramiko.SSHException, ValueError)
+
     def __init__(self, settings: Mapping[str, Any], secrets: SecretResolver | None) -> None:
-        self.host: str = settings["host"]
-        self.port = int(settings.get("port", DEFAULT_PORT))
-        self.base_dir: str = settings.get("baseDir", "")
-        self.temp_suffix: str = settings.get("tempSuffix", DEFAULT_TEMP_SUFFIX)
-        self.fsync = bool(settings.get("fsync", False))
-        self.algorithm = Algorithm(settings.get("checksumAlgorithm", DEFAULT_ALGORITHM))
         self.insecure = bool(settings.get("insecureAcceptAnyHostKey", False))
         line = settings.get("hostKey")
         self.pin = None if line is None else parse_host_key(line)
-        credentials = bundle_fields(settings, secrets, _CREDENTIAL_FIELDS)
-        username = credentials["username"] or settings.get("username")
-        self.username = username.reveal() if isinstance(username, Secret) else username
-        self.password = credentials["password"]
-        self.passphrase = credentials["passphrase"]
+        super().__init__(
+            settings,
+            secrets,
+            scheme="sftp",
+            default_port=DEFAULT_PORT,
+            credential_fields=_CREDENTIAL_FIELDS,
+        )
+        self.fsync = bool(settings.get("fsync", False))
+        self.passphrase = self.credentials["passphrase"]
         # A bundle's privateKey is the key itself; the entry's privateKey is a key file path.
         from_bundle = "credentials" in settings
-        key = credentials["privateKey"]
+        key = self.credentials["privateKey"]
         self.key_text = key.reveal() if from_bundle and key is not None else None
         self.key_path = key.reveal() if not from_bundle and key is not None else None
-        self.where = f"sftp://{self.host}:{self.port}"
         self._transport: paramiko.Transport | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._fsync_supported = True
 
     # -- connection ------------------------------------------------------------------------
 
-    def _client(self) -> paramiko.SFTPClient:
+    def connect(self) -> paramiko.SFTPClient:
+        """The SFTP session over an authenticated SSH connection to the pinned host key."""
         if self._sftp is not None and self._transport is not None and self._transport.is_active():
             return self._sftp
         self.close()
@@ -182,46 +174,37 @@ class SftpBackend:
         if not transport.is_authenticated():
             raise DestinationError(f"{self.where}: authentication as {self.username} failed")
 
-    # -- delivery --------------------------------------------------------------------------
+    def close(self) -> None:
+        """Closes the SFTP session and its SSH connection."""
+        sftp, transport = self._sftp, self._transport
+        self._sftp = self._transport = None
+        with contextlib.suppress(Exception):
+            if sftp is not None:
+                sftp.close()
+        with contextlib.suppress(Exception):
+            if transport is not None:
+                transport.close()
 
-    def deliver(self, transfer: Transfer) -> Outcome:
-        """Writes the missing bytes at the recorded offset, re-hashes, renames into place."""
-        target = remote_path(self.base_dir, transfer.relative)
-        temp = target + self.temp_suffix
-        transfer.check_source()
-        sftp = self._client()
-        try:
-            return self._deliver(sftp, transfer, target, temp)
-        except EgressError:
-            raise
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            self.close()
-            raise DestinationError(f"{self.where}: {target}: {exc}") from exc
+    # -- file operations -------------------------------------------------------------------
 
-    def _size(self, sftp: paramiko.SFTPClient, path: str) -> int | None:
+    def _size(self, session: paramiko.SFTPClient, path: str) -> int | None:
         try:
-            return int(sftp.stat(path).st_size or 0)
+            return int(session.stat(path).st_size or 0)
         except FileNotFoundError:
             return None
 
-    def _deliver(
-        self, sftp: paramiko.SFTPClient, transfer: Transfer, target: str, temp: str
-    ) -> Outcome:
-        temp_size = self._size(sftp, temp)
-        if (
-            transfer.offset > 0
-            and temp_size is None
-            and self._already_there(sftp, transfer, target)
-        ):
-            return Outcome(transfer.size, 0, {"path": target, "alreadyDelivered": True})
-        self._makedirs(sftp, posixpath.dirname(target))
-        offset = min(transfer.offset, temp_size or 0)
-        digest = new_digest(self.algorithm)
-        sent = 0
-        with (
-            open(transfer.source, "rb") as source,
-            sftp.open(temp, "r+b" if offset else "wb") as sink,
-        ):
+    def _write(
+        self,
+        session: paramiko.SFTPClient,
+        transfer: Transfer,
+        source: BinaryIO,
+        temp: str,
+        offset: int,
+        temp_size: int | None,
+        digest: Digest,
+    ) -> int:
+        """Pipelined writes from `offset`, the server's size recorded every 8 MiB."""
+        with session.open(temp, "r+b" if offset else "wb") as sink:
             # Pipelined writes: the server's replies are collected as they come, not awaited
             # one by one; the size the server reports at each checkpoint is what is recorded.
             sink.set_pipelined(True)
@@ -229,30 +212,20 @@ class SftpBackend:
                 sink.truncate(offset)
             hash_prefix(source, digest, offset, transfer)
             sink.seek(offset)
-            position = offset
-            while position < transfer.size:
-                step = min(CHECKPOINT_BYTES, transfer.size - position)
+
+            def segment(position: int, step: int) -> int:
                 got = 0
                 try:
                     for chunk in send_chunks(source, transfer, step):
                         sink.write(chunk)
                         digest.update(chunk)
                         got += len(chunk)
-                        sent += len(chunk)
                         transfer.journal.sent(len(chunk))
                 finally:
-                    position += got
-                    self._checkpoint(sftp, sink, transfer, position)
-                if got < step:
-                    raise SourceChangedError(f"{transfer.relative} shrank while it was sent")
-        transfer.check_source()
-        copy = self._read_digest(sftp, temp, transfer.size)
-        if copy != digest.digest():
-            raise VerificationError(
-                f"{self.where}: {temp}: the copy's {self.algorithm.value} differs from the source's"
-            )
-        sftp.posix_rename(temp, target)
-        return Outcome(offset, sent, {"path": target})
+                    self._checkpoint(session, sink, transfer, position + got)
+                return got
+
+            return send_segments(transfer, offset, segment)
 
     def _checkpoint(
         self, sftp: paramiko.SFTPClient, sink: paramiko.SFTPFile, transfer: Transfer, position: int
@@ -274,70 +247,33 @@ class SftpBackend:
         size = int(sink.stat().st_size or 0)
         transfer.journal.offset(min(size, position))
 
-    def _read_digest(self, sftp: paramiko.SFTPClient, path: str, size: int) -> bytes:
-        """The digest of the remote file, read back (OpenSSH has no server-side hash)."""
-        digest = new_digest(self.algorithm)
-        read = 0
-        with sftp.open(path, "rb") as copy:
+    def _read(
+        self, session: paramiko.SFTPClient, path: str, size: int, feed: Callable[[bytes], None]
+    ) -> None:
+        with session.open(path, "rb") as copy:
             copy.prefetch(size)
-            while True:
-                chunk = copy.read(CHUNK)
-                if not chunk:
-                    break
-                digest.update(chunk)
-                read += len(chunk)
-        if read != size:
-            raise VerificationError(f"{self.where}: {path} holds {read} bytes, {size} were sent")
-        return digest.digest()
+            while chunk := copy.read(CHUNK):
+                feed(chunk)
 
-    def _already_there(self, sftp: paramiko.SFTPClient, transfer: Transfer, target: str) -> bool:
-        """Progress was recorded but the temporary file is gone: a crash after the rename and
-        before the verification was recorded. The copy in place counts only if it re-hashes
-        to the source's digest."""
-        if self._size(sftp, target) != transfer.size:
-            return False
-        digest = new_digest(self.algorithm)
-        with open(transfer.source, "rb") as source:
-            hash_prefix(source, digest, transfer.size, transfer)
-        try:
-            same = self._read_digest(sftp, target, transfer.size) == digest.digest()
-        except VerificationError:
-            return False
-        transfer.check_source()
-        return same
+    def _rename(self, session: paramiko.SFTPClient, temp: str, target: str) -> None:
+        session.posix_rename(temp, target)
 
-    def _makedirs(self, sftp: paramiko.SFTPClient, directory: str) -> None:
+    def _makedirs(self, session: paramiko.SFTPClient, directory: str) -> None:
         if directory in ("", "/", "."):
             return
         try:
-            if stat.S_ISDIR(sftp.stat(directory).st_mode or 0):
+            if stat.S_ISDIR(session.stat(directory).st_mode or 0):
                 return
             raise DestinationError(f"{self.where}: {directory} exists and is not a directory")
         except FileNotFoundError:
             pass
-        self._makedirs(sftp, posixpath.dirname(directory))
+        self._makedirs(session, posixpath.dirname(directory))
         try:
-            sftp.mkdir(directory)
+            session.mkdir(directory)
         except OSError:
             # Made by someone else meanwhile is fine; anything else shows at the next stat.
-            if not stat.S_ISDIR(sftp.stat(directory).st_mode or 0):
+            if not stat.S_ISDIR(session.stat(directory).st_mode or 0):
                 raise
 
-    def discard(self, relative: PurePosixPath, upload_id: str | None) -> None:
-        """Removes the temporary file of an abandoned delivery (best effort)."""
-        with contextlib.suppress(EgressError, OSError, paramiko.SSHException, ValueError):
-            temp = remote_path(self.base_dir, relative) + self.temp_suffix
-            sftp = self._client()
-            with contextlib.suppress(FileNotFoundError):
-                sftp.remove(temp)
-
-    def close(self) -> None:
-        """Closes the SFTP session and its SSH connection."""
-        sftp, transport = self._sftp, self._transport
-        self._sftp = self._transport = None
-        with contextlib.suppress(Exception):
-            if sftp is not None:
-                sftp.close()
-        with contextlib.suppress(Exception):
-            if transport is not None:
-                transport.close()
+    def _remove(self, session: paramiko.SFTPClient, path: str) -> None:
+        session.remove(path)

@@ -1,0 +1,126 @@
+"""One destination's delivery worker: it takes the instance's files due for that
+destination one at a time, hands each to the backend under the throttle, and turns what
+the backend raised into the outcome to record.
+
+A worker never polls: it sleeps until a file is queued, a retry falls due, or the
+instance is resumed."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import PurePosixPath
+
+from unskit.egress.backends import Backend, Transfer
+from unskit.egress.config import DestinationSpec
+from unskit.egress.context import InstanceContext
+from unskit.egress.lifecycle import SourceLifecycle
+from unskit.egress.outcomes import DeliveryOutcomes
+from unskit.egress.records import DeliveryRecord, FileRecord
+from unskit.egress.throttle import Throttle, TokenBucket
+from unskit.errors import (
+    EgressError,
+    SourceChangedError,
+    TransferInterruptedError,
+    UnsafePathError,
+    VerificationError,
+)
+
+__all__ = ["DestinationWorker"]
+
+_log = logging.getLogger(__name__)
+
+
+class DestinationWorker:
+    """Delivers an instance's queued files to one destination, one file at a time."""
+
+    def __init__(
+        self,
+        context: InstanceContext,
+        spec: DestinationSpec,
+        backend: Backend,
+        *,
+        lifecycle: SourceLifecycle,
+        outcomes: DeliveryOutcomes,
+        instance_bucket: TokenBucket,
+        shared_buckets: tuple[TokenBucket, ...] = (),
+    ) -> None:
+        self.context = context
+        self.spec = spec
+        self.backend = backend
+        self.lifecycle = lifecycle
+        self.outcomes = outcomes
+        self.bucket = TokenBucket(spec.bandwidth)
+        self._buckets = [instance_bucket, self.bucket, *shared_buckets]
+        #: The relative path being sent, if any (sb/status shows it).
+        self.current: str | None = None
+        self.thread = threading.Thread(
+            target=self._run, name=f"egress-{context.id}-{spec.id}", daemon=True
+        )
+
+    def _run(self) -> None:
+        ctx = self.context
+        while not ctx.stopping.is_set():
+            wait: float | None = None
+            if not ctx.paused:
+                due, wait = self._next_due()
+                if due is not None:
+                    self._deliver(*due)
+                    continue
+            with ctx.wake:
+                if ctx.stopping.is_set():
+                    return
+                ctx.wake.wait(wait)
+
+    def _next_due(self) -> tuple[tuple[FileRecord, DeliveryRecord] | None, float | None]:
+        now = time.time()
+        due, later = self.context.state.next_due(self.context.id, self.spec.id, now)
+        return due, None if later is None else max(later - now, 0.01)
+
+    def _deliver(self, file: FileRecord, delivery: DeliveryRecord) -> None:
+        ctx = self.context
+        outcomes = self.outcomes
+        if not self.lifecycle.unchanged(file):
+            return
+        journal = outcomes.journal(file, self.spec.id)
+        transfer = Transfer(
+            source=ctx.source_path(file.rel),
+            relative=PurePosixPath(file.rel),
+            size=file.size,
+            mtime_ns=file.mtime_ns,
+            offset=delivery.offset,
+            upload_id=delivery.upload_id,
+            parts=ctx.state.parts(file.id, self.spec.id),
+            throttle=Throttle(self._buckets, ctx.halt),
+            cancel=ctx.halt,
+            journal=journal,
+        )
+        self.current = file.rel
+        try:
+            outcome = self.backend.deliver(transfer)
+        except TransferInterruptedError:
+            _log.info("%s -> %s: interrupted, progress kept", file.rel, self.spec.id)
+            return
+        except SourceChangedError as error:
+            _log.warning("%s -> %s: %s; starting over", file.rel, self.spec.id, error)
+            self.lifecycle.restart(file)
+            return
+        except VerificationError as error:
+            ctx.state.reset_delivery(file.id, self.spec.id)
+            self.backend.discard(transfer.relative, None)
+            outcomes.failed_attempt(file, self.spec, str(error), verification=True)
+            return
+        except UnsafePathError as error:
+            outcomes.failed_attempt(file, self.spec, str(error), permanent=True)
+            return
+        except EgressError as error:
+            outcomes.failed_attempt(file, self.spec, str(error))
+            return
+        except Exception as error:  # a backend bug must not kill the worker thread
+            _log.exception("%s -> %s: unexpected failure", file.rel, self.spec.id)
+            outcomes.failed_attempt(file, self.spec, f"{type(error).__name__}: {error}")
+            return
+        finally:
+            self.current = None
+        outcomes.delivered(file, self.spec, outcome, journal)
