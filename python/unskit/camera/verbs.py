@@ -73,7 +73,7 @@ class CameraVerbs:
             {
                 "instances": Param(ListOf(INSTANCE, min_items=0, max_items=1000), required=True),
                 "captureProfile": Param(PROFILE),
-                "profileOverrides": Param(JsonObject(max_bytes=64 * 1024)),
+                "profileOverrides": Param(JsonObject(max_bytes=64 * 1024, max_depth=1)),
                 "timeoutMs": Param(CAPTURE_TIMEOUT),
                 "metadata": metadata,
             }
