@@ -22,6 +22,7 @@ __all__ = [
     "MAX_BODY_BYTES",
     "MAX_FREE_FORM_DEPTH",
     "REASON",
+    "REPLY_BUDGET_BYTES",
     "REQUEST_ID",
     "BodySpec",
     "Boolean",
@@ -48,6 +49,10 @@ MAX_BODY_BYTES = 64 * 1024
 #: embeds such a field (a capture group's status page) puts it 5 levels down, so every
 #: reply that can carry it stays inside the envelope with 11 levels to spare.
 MAX_FREE_FORM_DEPTH = 16
+#: A page's items stop before this many bytes of compact JSON (the first item always goes),
+#: and a capture group's copies of its metadata may total no more: replies stay small
+#: whatever `limit` or the group size asks.
+REPLY_BUDGET_BYTES = 1024 * 1024
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _INSTANCE_TOKEN = re.compile(r"[A-Za-z0-9._-]+")
