@@ -1,5 +1,6 @@
-"""The durable capture catalog: one SQLite database (WAL) holding every job and group; every
-state change is committed here before anyone is told about it."""
+"""The durable capture catalog: one SQLite database (WAL) holding the jobs and groups; every
+state change is committed here before anyone is told about it. Terminal jobs past the
+retention (a count and an age) are pruned; images and sidecars are never touched."""
 
 from __future__ import annotations
 
@@ -11,9 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unskit.camera.jobs import NON_TERMINAL, Job, JobState
+from unskit.camera.config import CatalogRetention
+from unskit.camera.jobs import NON_TERMINAL, TERMINAL, Job, JobState, now_ms
 
-__all__ = ["Catalog", "GroupRecord"]
+__all__ = ["PRUNE_BATCH", "PRUNE_GRACE_MS", "Catalog", "GroupRecord"]
+
+#: Terminal jobs one pruning pass looks at (its group mates come along): bounded work per
+#: admission.
+PRUNE_BATCH = 256
+#: A job that ended less than this long ago is never pruned: the reply or group reply being
+#: put together for it may still read its row.
+PRUNE_GRACE_MS = 60_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -40,6 +49,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_request ON jobs (camera, request_id);
 CREATE INDEX IF NOT EXISTS jobs_group ON jobs (group_id);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
+CREATE INDEX IF NOT EXISTS jobs_terminal ON jobs (terminal_ms);
 CREATE TABLE IF NOT EXISTS groups (
     group_id TEXT PRIMARY KEY,
     request_id TEXT NOT NULL,
@@ -116,12 +126,24 @@ def _job(row: sqlite3.Row) -> Job:
     )
 
 
-class Catalog:
-    """Jobs and groups in ``{stateRoot}/catalog.sqlite3``; thread-safe."""
+_TERMINAL_VALUES = tuple(state.value for state in TERMINAL)
+_TERMINAL_MARKS = ", ".join("?" * len(_TERMINAL_VALUES))
 
-    def __init__(self, path: Path, *, synchronous_full: bool) -> None:
+
+class Catalog:
+    """Jobs and groups in ``{stateRoot}/catalog.sqlite3``; thread-safe. Pruned at open and
+    on every insert, one bounded pass at a time."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        synchronous_full: bool,
+        retention: CatalogRetention | None = None,
+    ) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.retention = retention or CatalogRetention()
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
@@ -130,6 +152,14 @@ class Catalog:
         # drop the last commits, a process crash never does).
         self._db.execute(f"PRAGMA synchronous={'FULL' if synchronous_full else 'NORMAL'}")
         self._db.executescript(_SCHEMA)
+        (self._terminal,) = self._db.execute(
+            f"SELECT COUNT(*) FROM jobs WHERE state IN ({_TERMINAL_MARKS})", _TERMINAL_VALUES
+        ).fetchone()
+        # What a previous run (or a lower retention) left is caught up with at open.
+        while True:
+            looked, removed = self._prune(now_ms())
+            if looked < PRUNE_BATCH or removed == 0:
+                break
 
     def close(self) -> None:
         """Closes the database."""
@@ -137,8 +167,10 @@ class Catalog:
             self._db.close()
 
     def insert(self, jobs: Iterable[Job], group: GroupRecord | None = None) -> None:
-        """Writes new jobs (and their group) in one transaction: all or nothing."""
+        """Writes new jobs (and their group) in one transaction, all or nothing, with one
+        pruning pass in the same commit."""
         placeholders = ", ".join("?" * 18)
+        rows = [_row(job) for job in jobs]
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -147,14 +179,75 @@ class Catalog:
                         "INSERT INTO groups VALUES (?, ?, ?, ?)",
                         (group.group_id, group.request_id, group.accepted_ms, group.size),
                     )
-                self._db.executemany(
-                    f"INSERT INTO jobs ({_COLUMNS}) VALUES ({placeholders})",
-                    [_row(job) for job in jobs],
-                )
+                self._db.executemany(f"INSERT INTO jobs ({_COLUMNS}) VALUES ({placeholders})", rows)
+                added = sum(1 for row in rows if row[2] in _TERMINAL_VALUES)
+                _, removed = self._prune_pass(now_ms(), self._terminal + added)
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+            self._terminal += added - removed
+
+    def prune(self, at_ms: int | None = None) -> int:
+        """One pruning pass as of `at_ms` (default now); how many jobs it removed."""
+        return self._prune(now_ms() if at_ms is None else at_ms)[1]
+
+    def _prune(self, at_ms: int) -> tuple[int, int]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                looked, removed = self._prune_pass(at_ms, self._terminal)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+            self._terminal -= removed
+            return looked, removed
+
+    def _prune_pass(self, at_ms: int, terminal: int) -> tuple[int, int]:
+        """Deletes the oldest terminal jobs beyond the count and those past the age, never
+        one that ended within the grace, and a group's members only all together once all
+        are terminal (with the group); (jobs looked at, jobs deleted). Inside a transaction."""
+        excess = terminal - self.retention.max_terminal_jobs
+        grace_cutoff = at_ms - PRUNE_GRACE_MS
+        age_cutoff = at_ms - self.retention.max_age_ms
+        cutoff = grace_cutoff if excess > 0 else min(grace_cutoff, age_cutoff)
+        rows = self._db.execute(
+            f"SELECT seq, group_id, terminal_ms FROM jobs WHERE state IN ({_TERMINAL_MARKS}) "
+            "AND terminal_ms < ? ORDER BY terminal_ms, seq LIMIT ?",
+            (*_TERMINAL_VALUES, cutoff, PRUNE_BATCH),
+        ).fetchall()
+        doomed: list[int] = []
+        groups: dict[str, None] = {}
+        for index, row in enumerate(rows):
+            if index >= excess and row["terminal_ms"] >= age_cutoff:
+                break
+            if row["group_id"] is None:
+                doomed.append(row["seq"])
+            else:
+                groups[row["group_id"]] = None
+        gone_groups = []
+        for group_id in groups:
+            members = self._db.execute(
+                "SELECT seq, state, terminal_ms FROM jobs WHERE group_id = ?", (group_id,)
+            ).fetchall()
+            # A group still waiting for a member (or just finished) keeps all of them.
+            if all(
+                member["state"] in _TERMINAL_VALUES
+                and member["terminal_ms"] is not None
+                and member["terminal_ms"] < grace_cutoff
+                for member in members
+            ):
+                doomed.extend(member["seq"] for member in members)
+                gone_groups.append(group_id)
+        for start in range(0, len(doomed), 500):
+            chunk = doomed[start : start + 500]
+            self._db.execute(
+                f"DELETE FROM jobs WHERE seq IN ({', '.join('?' * len(chunk))})", chunk
+            )
+        for group_id in gone_groups:
+            self._db.execute("DELETE FROM groups WHERE group_id = ?", (group_id,))
+        return len(rows), len(doomed)
 
     def advance(self, capture_id: str, to: JobState, allowed: Collection[JobState]) -> bool:
         """Moves a job to a non-terminal state if it is in one of `allowed`; False if not."""
@@ -182,7 +275,9 @@ class Catalog:
                     *(state.value for state in NON_TERMINAL),
                 ),
             )
-            return cursor.rowcount == 1
+            finished = cursor.rowcount == 1
+            self._terminal += finished
+            return finished
 
     def _select(self, where: str, args: tuple[Any, ...]) -> list[Job]:
         with self._lock:

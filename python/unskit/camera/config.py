@@ -20,6 +20,7 @@ __all__ = [
     "TOKEN",
     "CameraSettings",
     "CameraSpec",
+    "CatalogRetention",
     "Limits",
     "ProfileSpec",
     "ScheduleSpec",
@@ -107,6 +108,19 @@ class StorageSpec:
 
 
 @dataclass(frozen=True)
+class CatalogRetention:
+    """How long terminal jobs stay in the catalog (the defaults are decisions)."""
+
+    max_terminal_jobs: int = 10_000
+    max_age_hours: float = 168.0
+
+    @property
+    def max_age_ms(self) -> int:
+        """`max_age_hours` in milliseconds."""
+        return int(self.max_age_hours * 3_600_000)
+
+
+@dataclass(frozen=True)
 class CameraSettings:
     """The whole parsed section."""
 
@@ -115,6 +129,7 @@ class CameraSettings:
     limits: Limits
     storage: StorageSpec
     job_terminal_ms: int = DEFAULT_JOB_TERMINAL_MS
+    retention: CatalogRetention = field(default_factory=CatalogRetention)
     capture_lifecycle_events: bool = False
     discovery_enabled: bool = False
     report_unconfigured: bool = False
@@ -237,6 +252,14 @@ def parse_settings(config: ComponentConfig) -> CameraSettings:
         fsync=storage_section.get("fsync", storage_defaults.fsync),
         sidecar=storage_section.get("sidecar", storage_defaults.sidecar),
     )
+    retention_section = (section.get("catalog") or {}).get("retention") or {}
+    retention_defaults = CatalogRetention()
+    retention = CatalogRetention(
+        max_terminal_jobs=retention_section.get(
+            "maxTerminalJobs", retention_defaults.max_terminal_jobs
+        ),
+        max_age_hours=retention_section.get("maxAgeHours", retention_defaults.max_age_hours),
+    )
     discovery = section.get("discovery") or {}
     cameras = {entry["instance"]: _camera(entry) for entry in section.get("cameras") or ()}
     return CameraSettings(
@@ -245,6 +268,7 @@ def parse_settings(config: ComponentConfig) -> CameraSettings:
         limits=limits,
         storage=storage,
         job_terminal_ms=(glob.get("timeouts") or {}).get("jobTerminalMs", DEFAULT_JOB_TERMINAL_MS),
+        retention=retention,
         capture_lifecycle_events=bool(
             (glob.get("operatorEvents") or {}).get("captureLifecycle", False)
         ),

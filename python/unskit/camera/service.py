@@ -209,6 +209,7 @@ class CameraService:
         self.catalog = Catalog(
             settings.storage.state_root / "catalog.sqlite3",
             synchronous_full=settings.storage.fsync,
+            retention=settings.retention,
         )
 
         def factory(spec: CameraSpec) -> Backend:

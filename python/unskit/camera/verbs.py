@@ -34,7 +34,7 @@ from unskit.commands import (
     Verb,
     bad_args,
 )
-from unskit.commands.fields import DEFAULT_LIMIT
+from unskit.commands.fields import DEFAULT_LIMIT, REPLY_BUDGET_BYTES, json_size
 from unskit.commands.paging import CursorBook
 from unskit.errors import CommandError
 
@@ -73,7 +73,7 @@ class CameraVerbs:
             {
                 "instances": Param(ListOf(INSTANCE, min_items=0, max_items=1000), required=True),
                 "captureProfile": Param(PROFILE),
-                "profileOverrides": Param(JsonObject(max_bytes=64 * 1024)),
+                "profileOverrides": Param(JsonObject(max_bytes=64 * 1024, max_depth=1)),
                 "timeoutMs": Param(CAPTURE_TIMEOUT),
                 "metadata": metadata,
             }
@@ -287,6 +287,15 @@ class CameraVerbs:
                 ErrorCode.GROUP_TOO_LARGE,
                 f"the group names {len(instances)} cameras; limits.maxCamerasPerGroup is {cap}",
             )
+        metadata = body.get("metadata")
+        if metadata:
+            # Every member's body carries a copy, and the group reply carries every body.
+            size = json_size(metadata)
+            if size * len(instances) > REPLY_BUDGET_BYTES:
+                raise bad_args(
+                    f"metadata encodes to {size} bytes and is copied into each of "
+                    f"{len(instances)} members; the copies may total {REPLY_BUDGET_BYTES} bytes"
+                )
         overrides: dict[str, Any] = body.get("profileOverrides") or {}
         for name, profile in overrides.items():
             if name not in instances:

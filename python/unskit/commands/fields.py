@@ -3,6 +3,7 @@ the field. The shared validators carry the specification's limits."""
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import re
@@ -19,12 +20,15 @@ __all__ = [
     "INSTANCE",
     "LIMIT",
     "MAX_BODY_BYTES",
+    "MAX_FREE_FORM_DEPTH",
     "REASON",
+    "REPLY_BUDGET_BYTES",
     "REQUEST_ID",
     "BodySpec",
     "Boolean",
     "Choice",
     "FieldType",
+    "FreeJson",
     "Integer",
     "JsonObject",
     "ListOf",
@@ -33,11 +37,22 @@ __all__ = [
     "Param",
     "Text",
     "bad_args",
+    "json_depth",
+    "json_size",
 ]
 
 # A command body larger than this is refused before it is parsed field by field: it is
 # the envelope's own opaque bound, so any body an envelope carries is judged, not dropped.
 MAX_BODY_BYTES = 64 * 1024
+#: Free-form JSON in a request (capture metadata, say) nests at most this many levels, an
+#: object or array being one. Envelopes carry 32 (MAX_VALUE_DEPTH); the deepest reply that
+#: embeds such a field (a capture group's status page) puts it 5 levels down, so every
+#: reply that can carry it stays inside the envelope with 11 levels to spare.
+MAX_FREE_FORM_DEPTH = 16
+#: A page's items stop before this many bytes of compact JSON (the first item always goes),
+#: and a capture group's copies of its metadata may total no more: replies stay small
+#: whatever `limit` or the group size asks.
+REPLY_BUDGET_BYTES = 1024 * 1024
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _INSTANCE_TOKEN = re.compile(r"[A-Za-z0-9._-]+")
@@ -46,6 +61,28 @@ _INSTANCE_TOKEN = re.compile(r"[A-Za-z0-9._-]+")
 def bad_args(message: str) -> CommandError:
     """A BAD_ARGS failure; the message names the field."""
     return CommandError(ErrorCode.BAD_ARGS, message)
+
+
+def _size_stand_in(value: object) -> object:
+    # Binary values count as their JSON projection's marker; anything else as its text.
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"_libBinary": base64.b64encode(value).decode("ascii")}
+    return str(value)
+
+
+def json_size(value: Any) -> int:
+    """Bytes of `value` as compact UTF-8 JSON (binary values as their `_libBinary` marker)."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_size_stand_in)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def json_depth(value: Any) -> int:
+    """Nesting levels of `value`: 0 for a scalar, 1 for a flat object or array."""
+    if isinstance(value, dict):
+        return 1 + max((json_depth(item) for item in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((json_depth(item) for item in value), default=0)
+    return 0
 
 
 def _type_name(value: object) -> str:
@@ -204,23 +241,78 @@ class ListOf(FieldType):
         }
 
 
+_JSON_TYPES = ("object", "array", "string", "number", "boolean", "null")
+_ARTICLES = {"object": "an object", "array": "an array", "null": "null"}
+
+
 @dataclass(frozen=True)
-class JsonObject(FieldType):
-    """A free-form JSON object (metadata), bounded by its encoded size."""
+class FreeJson(FieldType):
+    """Free-form JSON of the allowed top-level `types`, bounded by nesting depth and by its
+    encoded size, so that every reply carrying it stays inside the envelope's limits."""
 
-    max_bytes: int = 16 * 1024
-    kind = "object"
+    max_bytes: int = MAX_BODY_BYTES
+    max_depth: int = MAX_FREE_FORM_DEPTH
+    types: tuple[str, ...] = _JSON_TYPES
+    kind = "json"
 
-    def check(self, value: Any, path: str) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self._wrong_type(path, "an object", value)
-        size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    def check(self, value: Any, path: str) -> Any:
+        if _type_name(value) not in self.types:
+            expected = [_ARTICLES.get(name, f"a {name}") for name in self.types]
+            wanted = expected[0] if len(expected) == 1 else ", ".join(expected[:-1])
+            if len(expected) > 1:
+                wanted += f" or {expected[-1]}"
+            raise self._wrong_type(path, wanted, value)
+        _check_json(value, path, self.max_depth)
+        size = json_size(value)
         if size > self.max_bytes:
             raise bad_args(f"{path} encodes to {size} bytes; the bound is {self.max_bytes}")
         return value
 
     def describe(self) -> dict[str, Any]:
-        return {"type": "object", "maxBytes": self.max_bytes}
+        shape: str | list[str] = self.types[0] if len(self.types) == 1 else list(self.types)
+        return {
+            "type": shape,
+            "freeForm": True,
+            "maxDepth": self.max_depth,
+            "maxBytes": self.max_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class JsonObject(FreeJson):
+    """A free-form JSON object (metadata), bounded by its encoded size and nesting depth."""
+
+    max_bytes: int = 16 * 1024
+    max_depth: int = MAX_FREE_FORM_DEPTH
+    types: tuple[str, ...] = ("object",)
+    kind = "object"
+
+
+def _check_json(value: Any, field_path: str, bound: int, inner: str = "", level: int = 0) -> None:
+    """Plain JSON within `bound` levels; BAD_ARGS names the field (and where inside)."""
+    if isinstance(value, (dict, list)):
+        if level == bound:
+            levels = "level" if bound == 1 else "levels"
+            raise bad_args(f"{field_path} nests deeper than {bound} {levels}")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                _check_json(item, field_path, bound, f"{inner}.{key}", level + 1)
+        else:
+            for index, item in enumerate(value):
+                _check_json(item, field_path, bound, f"{inner}[{index}]", level + 1)
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise bad_args(f"{field_path}{_shorten(inner)} must be a finite number")
+    if value is None or isinstance(value, (str, int, float)):
+        return
+    raise bad_args(
+        f"{field_path}{_shorten(inner)} must be JSON (object, array, text, number, boolean "
+        f"or null), not {_type_name(value)}"
+    )
+
+
+def _shorten(inner: str, keep: int = 120) -> str:
+    return inner if len(inner) <= keep else inner[:keep] + "..."
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -23,6 +22,7 @@ from unskit.commands.fields import (
     REQUEST_ID,
     Param,
     bad_args,
+    json_size,
 )
 from unskit.commands.idempotency import ClaimKind, IdempotencyKey, IdempotencyStore, arguments_hash
 from unskit.commands.paging import CursorBook
@@ -412,7 +412,9 @@ def _body_object(request: Message) -> Mapping[str, Any]:
         return {}
     if not isinstance(body, dict):
         raise bad_args("the body must be a JSON object")
-    size = len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    # Binary values (which no field accepts) are measured as their JSON marker, not refused
+    # here: the field checks name them.
+    size = json_size(body)
     if size > MAX_BODY_BYTES:
         raise bad_args(f"the body is {size} bytes; the bound is {MAX_BODY_BYTES}")
     return body

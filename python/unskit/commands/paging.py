@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from unskit.commands.fields import bad_args
+from unskit.commands.fields import REPLY_BUDGET_BYTES, bad_args, json_size
 
 __all__ = ["CursorBook", "PageSlice"]
 
@@ -41,11 +41,21 @@ class _Snapshot:
 class CursorBook:
     """Holds the snapshots behind live cursors: at most `max_snapshots`, each for
     `ttl_seconds` after its last use. A cursor is signed with a key of this process, so a
-    forged, altered or foreign one (another component, an earlier run) is refused."""
+    forged, altered or foreign one (another component, an earlier run) is refused.
 
-    def __init__(self, ttl_seconds: float = 300.0, max_snapshots: int = 256) -> None:
+    A page holds at most `limit` items and is cut before the item that would carry its items
+    past `max_page_bytes` of compact JSON (the first item always goes); the cursor goes on
+    from there."""
+
+    def __init__(
+        self,
+        ttl_seconds: float = 300.0,
+        max_snapshots: int = 256,
+        max_page_bytes: int = REPLY_BUDGET_BYTES,
+    ) -> None:
         self.ttl_seconds = ttl_seconds
         self.max_snapshots = max_snapshots
+        self.max_page_bytes = max_page_bytes
         self._key = os.urandom(32)
         self._lock = threading.Lock()
         self._snapshots: OrderedDict[bytes, _Snapshot] = OrderedDict()
@@ -55,7 +65,8 @@ class CursorBook:
     ) -> PageSlice:
         """The first page; the rest of `items` is kept for the cursor it returns."""
         items = tuple(items)
-        if len(items) <= limit:
+        end = self._fit(items, 0, limit)
+        if end == len(items):
             return PageSlice(list(items), None, extra)
         snapshot_id = os.urandom(_ID_BYTES)
         now = time.monotonic()
@@ -64,7 +75,7 @@ class CursorBook:
             self._snapshots[snapshot_id] = _Snapshot(owner, items, extra, now + self.ttl_seconds)
             while len(self._snapshots) > self.max_snapshots:
                 self._snapshots.popitem(last=False)
-        return PageSlice(list(items[:limit]), self._sign(snapshot_id, limit), extra)
+        return PageSlice(list(items[:end]), self._sign(snapshot_id, end), extra)
 
     def next(self, owner: str, cursor: str, limit: int) -> PageSlice:
         """The page a cursor points at; BAD_ARGS for a foreign, altered or expired one."""
@@ -77,14 +88,27 @@ class CursorBook:
                 raise bad_args("cursor has expired; start again without a cursor")
             if snapshot.owner != owner:
                 raise bad_args("cursor belongs to another verb or other arguments")
-            end = offset + limit
-            items = list(snapshot.items[offset:end])
+        # Measured outside the lock: a snapshot's items never change.
+        end = self._fit(snapshot.items, offset, limit)
+        items = list(snapshot.items[offset:end])
+        with self._lock:
             if end >= len(snapshot.items):
-                del self._snapshots[snapshot_id]
+                self._snapshots.pop(snapshot_id, None)
                 return PageSlice(items, None, snapshot.extra)
             snapshot.expires = now + self.ttl_seconds
-            self._snapshots.move_to_end(snapshot_id)
+            if snapshot_id in self._snapshots:
+                self._snapshots.move_to_end(snapshot_id)
         return PageSlice(items, self._sign(snapshot_id, end), snapshot.extra)
+
+    def _fit(self, items: Sequence[Any], start: int, limit: int) -> int:
+        """Where the page starting at `start` ends: `limit` items or the byte budget."""
+        end = min(start + limit, len(items))
+        total = 0
+        for index in range(start, end):
+            total += json_size(items[index])
+            if total > self.max_page_bytes and index > start:
+                return index
+        return end
 
     def __len__(self) -> int:
         with self._lock:

@@ -26,7 +26,7 @@ from unskit.commands import (
     Verb,
     bad_args,
 )
-from unskit.commands.fields import FieldType
+from unskit.commands.fields import FreeJson
 from unskit.elementary_types import FLOAT_TYPES, INTEGER_RANGES
 from unskit.errors import CommandError, ConfigError, ConfigIssue, UnskitError
 from unskit.runtime.component import Runtime
@@ -65,15 +65,8 @@ class _Running:
     fingerprint: str = field(default="")
 
 
-class _AnyJson(FieldType):
-    """A write value: any JSON scalar or array; checked against the signal's type later."""
-
-    kind = "any"
-
-    def check(self, value: Any, path: str) -> Any:
-        if isinstance(value, dict) or value is None:
-            raise bad_args(f"{path} must be a number, boolean, string or array")
-        return value
+#: A write value: a JSON scalar or a flat array; checked against the signal's type later.
+_WRITE_VALUE = FreeJson(max_depth=1, types=("number", "boolean", "string", "array"))
 
 
 class SouthboundService:
@@ -250,7 +243,7 @@ class SouthboundService:
                 body=BodySpec(
                     {
                         "signal": Param(Text(max_bytes=512), required=True),
-                        "value": Param(_AnyJson(), required=True),
+                        "value": Param(_WRITE_VALUE, required=True),
                     }
                 ),
                 summary="write one allow-listed signal (engineering units)",
