@@ -12,6 +12,7 @@ from tests.support.adapter import Adapter
 from tests.support.cpppo import LogixSimulator
 from tests.support.servers import wait_until
 from unskit.errors import CommandError
+from unskit.topics import RESERVED_CLASSES
 
 
 def updates(adapter: Adapter, instance_id: str, channel: str) -> list:
@@ -184,3 +185,26 @@ def test_reload_global_and_formatting_rows(start_cip, logix: LogixSimulator) -> 
     reply = adapter.reload(document)
     assert reply == {"started": ["plc-1", "plc-2"], "stopped": [], "kept": [], "skipped": []}
     assert adapter.client.call("status", instance="plc-2")["paused"] is False, "restarted"
+
+
+# -- instance ids that are topic class words ----------------------------------------------------
+
+
+def test_instances_named_like_reserved_classes_publish_their_signals(start_cip) -> None:
+    names = sorted(RESERVED_CLASSES)
+    sims = [
+        plc_instance(name, "sim.local", plc_signal("Wave", "REAL")) | {"adapter": "sim"}
+        for name in names
+    ]
+    adapter = start_cip(sims)
+    root = adapter.document["topic"]["root"]
+    for name in names:
+        topic = f"{root}/gw/ethernet-ip-adapter/{name}/data/wave"
+        assert adapter.data_topic(name, "wave") == topic
+        wait_until(lambda t=topic: adapter.seen.on(t), 10, f"an update of instance {name!r}")
+        message = adapter.seen.on(topic)[0]
+        assert message.identity is not None
+        assert message.identity.instance == name
+        assert message.body["samples"][0]["quality"] == "GOOD"
+        status = adapter.client.call("status", instance=name)
+        assert (status["state"], status["counters"]["publishErrors"]) == ("connected", 0)
