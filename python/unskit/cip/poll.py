@@ -41,7 +41,7 @@ from pycomm3.packets.cip import GenericUnconnectedRequestPacket
 from pycomm3.packets.util import tag_request_path, wrap_unconnected_send
 from pycomm3.tag import Tag
 
-from unskit.cip.config import TYPE_BYTES, cip_connection
+from unskit.cip.config import TYPE_BYTES, cip_connection, security_mode
 from unskit.southbound.driver import (
     DeviceError,
     InstanceSpec,
@@ -204,6 +204,7 @@ class PollDriver:
             raise DeviceError("probe got no identity reply", connection_lost=True)
 
     def describe(self) -> Mapping[str, Any]:
+        est = (self.spec.entry["connection"].get("security") or {}).get("est") or {}
         return {
             "adapter": "ethernet-ip",
             "endpoint": self.spec.endpoint,
@@ -211,6 +212,12 @@ class PollDriver:
             "connected": self.connection.connected,
             **self._info,
             "packedBoolArrays": sorted(self._packed),
+            # The configured mode, never a default: a tls instance is failed, not plaintext.
+            "security": {
+                "mode": security_mode(self.spec.entry),
+                "est": {"enabled": bool(est.get("enabled", False))},
+                "target": None,
+            },
         }
 
     # -- tags ------------------------------------------------------------------------------

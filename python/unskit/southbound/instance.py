@@ -43,6 +43,8 @@ class InstanceState(str, Enum):
     CONNECTED = "connected"
     BACKOFF = "backoff"
     STOPPED = "stopped"
+    #: The configuration asks for what this build cannot do: never connects, until changed.
+    FAILED = "failed"
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,9 @@ class InstanceRunner:
         self._paused = paused
         self._state = InstanceState.STARTING
         self._last_error = ""
+        if spec.unavailable is not None:
+            self._state = InstanceState.FAILED
+            self._last_error = str(spec.unavailable)
         self._connected_since: float | None = None
         self._attempt = 0
         self._thread = threading.Thread(target=self._run, name=f"sb-{spec.id}", daemon=True)
@@ -93,6 +98,11 @@ class InstanceRunner:
     # -- control ----------------------------------------------------------------------------
 
     def start(self) -> InstanceRunner:
+        """Starts the instance's thread; a failed instance gets none and never connects."""
+        if self._state is InstanceState.FAILED:
+            _log.error("instance %s failed: %s", self.spec.id, self._last_error)
+            self._set_gauges()
+            return self
         self._thread.start()
         return self
 
@@ -128,9 +138,20 @@ class InstanceRunner:
     def connected(self) -> bool:
         return self._state is InstanceState.CONNECTED
 
+    @property
+    def state(self) -> InstanceState:
+        return self._state
+
+    @property
+    def last_error(self) -> str:
+        return self._last_error
+
     def submit(self, work: Callable[[], T]) -> Future[T]:
         """Runs device work on the instance thread; DEVICE_UNAVAILABLE when not connected."""
         future: Future[T] = Future()
+        if self._state is InstanceState.FAILED:
+            future.set_exception(CommandError(ErrorCode.DEVICE_UNAVAILABLE, self._last_error))
+            return future
         with self._lock:
             self._jobs.append((work, future))
         self._wake.set()

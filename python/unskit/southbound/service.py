@@ -37,7 +37,7 @@ from unskit.southbound.driver import (
     PollGroupSpec,
     SignalSpec,
 )
-from unskit.southbound.instance import InstanceContext, InstanceRunner
+from unskit.southbound.instance import InstanceContext, InstanceRunner, InstanceState
 from unskit.southbound.signals import INTEGER_RANGES, scale_value
 
 __all__ = ["HEALTH_FAMILY", "DriverFactory", "Skipped", "SouthboundService"]
@@ -331,6 +331,9 @@ class SouthboundService:
         }
 
     def _on_device(self, runner: InstanceRunner, work: Callable[[], Any]) -> Any:
+        if runner.state is InstanceState.FAILED:
+            message = f"{runner.spec.id} failed: {runner.last_error}"
+            raise CommandError(ErrorCode.DEVICE_UNAVAILABLE, message)
         if not runner.connected:
             raise CommandError(ErrorCode.DEVICE_UNAVAILABLE, f"{runner.spec.id} is not connected")
         wait = runner.spec.timing.request_timeout_ms / 1000 + _DEVICE_WAIT_MARGIN_S
