@@ -20,8 +20,8 @@ simulator by the tests:
    element ranges.
 5. A read reply typed DWORD for a BOOL array is a packed bit string (a Logix BOOL[n] is
    stored as DWORD[n/32]): the first read of a BOOL array observes the reply's type code and
-   from then on reads ceil(n/32) DWORDs and unpacks them to n booleans; writes to such a tag
-   are refused.
+   from then on reads ceil(n/32) DWORDs and unpacks them to n booleans (pycomm3 does both
+   for a connected read of n booleans); writes to such a tag are refused.
 """
 
 from __future__ import annotations
@@ -247,7 +247,11 @@ class PollDriver:
     def _request(self, signal: SignalSpec) -> str:
         if signal.array_count is None:
             return signal.id
-        count = (signal.array_count + 31) // 32 if signal.id in self._packed else signal.array_count
+        count = signal.array_count
+        if signal.id in self._packed and not self.connection.connected:
+            # Our unconnected Read Tag counts DWORDs; pycomm3's connected read of a DWORD
+            # tag counts booleans and reads the DWORDs that hold them itself.
+            count = (count + 31) // 32
         return f"{signal.id}{{{count}}}"
 
     def read(self, group: PollGroupSpec) -> list[Reading]:
