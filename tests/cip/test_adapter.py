@@ -129,14 +129,19 @@ def test_pause_resume_and_the_unreachable_alarm(start_cip, logix: LogixSimulator
     status = adapter.client.call("status", instance="plc-1")
     assert status["connected"] is False
     assert status["lastError"]
-    before = len(updates(adapter, "sim-1", "wave"))
     sim_status = adapter.client.call("status", instance="sim-1")
     assert sim_status["connected"] is True, "the other instance is untouched"
+    before = len(updates(adapter, "sim-1", "wave"))
+    wait_until(
+        lambda: len(updates(adapter, "sim-1", "wave")) > before,
+        10,
+        "the other instance to publish while plc-1 is unreachable",
+    )
+    assert adapter.client.call("status", instance="plc-1")["connected"] is False
     logix.start()
     wait_until(lambda: len(adapter.seen.on(alarm)) == 2, 20, "the clear")
     assert adapter.seen.on(alarm)[1].body["state"] == "cleared"
     connected(adapter, "plc-1")
-    assert len(updates(adapter, "sim-1", "wave")) >= before
 
 
 def test_live_reload_of_an_instance(start_cip, logix: LogixSimulator) -> None:
