@@ -45,6 +45,7 @@ SERVER_FIXTURES = frozenset(
         "broker_later",
         "own_broker",
         "logix",
+        "packed_logix",
         "moto",
         "bucket",
         "sshd",

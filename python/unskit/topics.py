@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from unskit.errors import ReservedTopicError
 
@@ -12,6 +13,7 @@ __all__ = [
     "RESERVED_CLASSES",
     "TOPIC_CLASSES",
     "TopicScope",
+    "UnsTopic",
     "check_not_reserved",
     "topic_class",
     "topic_matches_filter",
@@ -23,7 +25,26 @@ __all__ = [
 REPLY_TOPIC_PREFIX = "lib/reply-"
 # Only the library's own state, metric, config and log publishers write these classes.
 RESERVED_CLASSES = frozenset({"state", "metric", "cfg", "log"})
-TOPIC_CLASSES = frozenset({"data", "evt", "cmd", *RESERVED_CLASSES})
+# app is the camera's application namespace (spec 2).
+TOPIC_CLASSES = frozenset({"data", "evt", "cmd", "app", *RESERVED_CLASSES})
+#: Levels before the optional instance in the spec's layout ``{root}/{device}/{component}``
+#: (a one-level root without a site level); a topic built by a `TopicScope` knows its own.
+DEFAULT_HEAD_LEVELS = 3
+
+
+class UnsTopic(str):
+    """A topic string that remembers its class, as `uns_topic` built it: the class is then
+    known exactly, whatever the root's depth, a site level or an instance named like a class."""
+
+    topic_class: str
+
+    def __new__(cls, value: str, topic_class: str) -> UnsTopic:
+        topic = super().__new__(cls, value)
+        topic.topic_class = topic_class
+        return topic
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (UnsTopic, (str(self), self.topic_class))
 
 
 def topic_matches_filter(topic_filter: str, topic: str) -> bool:
@@ -45,23 +66,32 @@ def topic_matches_filter(topic_filter: str, topic: str) -> bool:
     return len(filter_levels) == len(topic_levels)
 
 
-def topic_class(topic: str) -> str | None:
-    """The class token of a UNS topic ``{root}/{device}/{component}[/{instance}]/{class}/...``.
+def topic_class(topic: str, head_levels: int | None = None) -> str | None:
+    """The class of ``{root}/{device}/{component}[/{instance}]/{class}/...``, read only where
+    the layout puts it.
 
-    The class is the first known class word after the root, device and component levels;
-    the root may span levels, and a site level (`topic.includeRoot`) and an instance level
-    may come between, so every later level is looked at.
+    `head_levels` counts the levels before the optional instance (root levels, a site level,
+    device, component); default `DEFAULT_HEAD_LEVELS`. The level after the head is the class,
+    unless the level after that is a class word too: then it is the instance (the optional
+    instance level is taken whenever it can be), so an instance named ``state`` publishes
+    ``.../state/data/x`` as data. A topic built by a `TopicScope` carries its class.
     """
+    if isinstance(topic, UnsTopic):
+        return topic.topic_class
+    head = DEFAULT_HEAD_LEVELS if head_levels is None else head_levels
     levels = topic.split("/")
-    for level in levels[3:]:
-        if level in TOPIC_CLASSES:
-            return level
-    return None
+    if len(levels) <= head:
+        return None
+    first = levels[head]
+    second = levels[head + 1] if len(levels) > head + 1 else None
+    if second in TOPIC_CLASSES:
+        return second
+    return first if first in TOPIC_CLASSES else None
 
 
-def check_not_reserved(topic: str) -> None:
+def check_not_reserved(topic: str, head_levels: int | None = None) -> None:
     """Raises ReservedTopicError for a topic of class state, metric, cfg or log."""
-    cls = topic_class(topic)
+    cls = topic_class(topic, head_levels)
     if cls in RESERVED_CLASSES:
         raise ReservedTopicError(
             f"topic {topic!r} has the reserved class {cls!r}; only the library publishes there"
@@ -104,7 +134,7 @@ def uns_topic(
     *channel: str,
     instance: str | None = None,
     root_level: str | None = None,
-) -> str:
+) -> UnsTopic:
     """Builds ``{root}[/{root_level}]/{device}/{component}[/{instance}]/{class}[/{channel}...]``."""
     parts = [_validate_root(root)]
     if root_level is not None:
@@ -118,7 +148,7 @@ def uns_topic(
     topic = "/".join(parts)
     if len(topic.encode("utf-8")) > MAX_TOPIC_BYTES:
         raise ValueError(f"topic is longer than {MAX_TOPIC_BYTES} bytes")
-    return topic
+    return UnsTopic(topic, topic_class)
 
 
 @dataclass(frozen=True)
@@ -139,12 +169,17 @@ class TopicScope:
             validate_token(self.root_level, "root level")
 
     @property
+    def head_levels(self) -> int:
+        """Levels before the optional instance: the root's, the site level, device, component."""
+        return self.base.count("/") + 1
+
+    @property
     def base(self) -> str:
         """``{root}[/{root_level}]/{device}/{component}``: the head every topic here shares."""
         head = [self.root, self.root_level, self.device, self.component]
         return "/".join(part for part in head if part is not None)
 
-    def topic(self, topic_class: str, *channel: str, instance: str | None = None) -> str:
+    def topic(self, topic_class: str, *channel: str, instance: str | None = None) -> UnsTopic:
         """Builds a topic of this component (instance scope when ``instance`` is given)."""
         return uns_topic(
             self.root,

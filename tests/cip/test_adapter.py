@@ -4,14 +4,20 @@ runtime, updates and verbs over a real Mosquitto."""
 from __future__ import annotations
 
 import copy
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
 from tests.cip.conftest import plc_instance, plc_signal
 from tests.support.adapter import Adapter
 from tests.support.cpppo import LogixSimulator
+from tests.support.pki import Pki
 from tests.support.servers import wait_until
 from unskit.errors import CommandError
+from unskit.topics import RESERVED_CLASSES
 
 
 def updates(adapter: Adapter, instance_id: str, channel: str) -> list:
@@ -123,14 +129,19 @@ def test_pause_resume_and_the_unreachable_alarm(start_cip, logix: LogixSimulator
     status = adapter.client.call("status", instance="plc-1")
     assert status["connected"] is False
     assert status["lastError"]
-    before = len(updates(adapter, "sim-1", "wave"))
     sim_status = adapter.client.call("status", instance="sim-1")
     assert sim_status["connected"] is True, "the other instance is untouched"
+    before = len(updates(adapter, "sim-1", "wave"))
+    wait_until(
+        lambda: len(updates(adapter, "sim-1", "wave")) > before,
+        10,
+        "the other instance to publish while plc-1 is unreachable",
+    )
+    assert adapter.client.call("status", instance="plc-1")["connected"] is False
     logix.start()
     wait_until(lambda: len(adapter.seen.on(alarm)) == 2, 20, "the clear")
     assert adapter.seen.on(alarm)[1].body["state"] == "cleared"
     connected(adapter, "plc-1")
-    assert len(updates(adapter, "sim-1", "wave")) >= before
 
 
 def test_live_reload_of_an_instance(start_cip, logix: LogixSimulator) -> None:
@@ -184,3 +195,117 @@ def test_reload_global_and_formatting_rows(start_cip, logix: LogixSimulator) -> 
     reply = adapter.reload(document)
     assert reply == {"started": ["plc-1", "plc-2"], "stopped": [], "kept": [], "skipped": []}
     assert adapter.client.call("status", instance="plc-2")["paused"] is False, "restarted"
+
+
+# -- security: a tls setting never runs in plaintext ---------------------------------------------
+
+
+class RecordingListener:
+    """A plain TCP server on 127.0.0.1 that records every connection and byte it receives."""
+
+    def __init__(self) -> None:
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._server.getsockname()[1]
+        self.connections = 0
+        self.received = bytearray()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self._server.accept()
+            except OSError:
+                return  # closed
+            with self._lock:
+                self.connections += 1
+            reader = threading.Thread(target=self._read, args=(connection,), daemon=True)
+            self._threads.append(reader)
+            reader.start()
+
+    def _read(self, connection: socket.socket) -> None:
+        connection.settimeout(5)
+        with connection:
+            try:
+                while chunk := connection.recv(4096):
+                    with self._lock:
+                        self.received += chunk
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self._server.close()
+
+
+@contextmanager
+def recording_listener() -> Iterator[RecordingListener]:
+    listener = RecordingListener()
+    try:
+        yield listener
+    finally:
+        listener.close()
+
+
+def tls_security(pki: Pki) -> dict:
+    return {
+        "mode": "tls",
+        "client": {"certFile": str(pki.client_cert), "keyFile": str(pki.client_key)},
+        "ca": {"file": str(pki.ca)},
+    }
+
+
+def test_a_tls_instance_is_failed_and_never_connects_in_plaintext(start_cip, pki: Pki) -> None:
+    with recording_listener() as device:
+        plc = plc_instance("plc-tls", f"127.0.0.1:{device.port}", plc_signal("Temp", "REAL"))
+        plc["connection"]["security"] = tls_security(pki)
+        sim = plc_instance("sim-1", "sim.local", plc_signal("Wave", "REAL")) | {"adapter": "sim"}
+        adapter = start_cip([plc, sim])
+        status = adapter.client.call("status", instance="plc-tls")
+        assert status["state"] == "failed"
+        assert status["connected"] is False
+        assert status["lastError"].startswith(
+            "$.component.instances[0].connection.security.mode: tls is not available"
+        ), status["lastError"]
+        assert status["security"]["mode"] == "tls", "never reported as plaintext"
+        with pytest.raises(CommandError, match=r"security\.mode") as refused:
+            adapter.client.call("read", instance="plc-tls")
+        assert refused.value.code == "DEVICE_UNAVAILABLE"
+        # The fast timing retries every 50-200 ms: twenty polls of the other instance span
+        # several reconnect windows in which a downgrading adapter would have connected.
+        wait_until(
+            lambda: adapter.client.call("status", instance="sim-1")["counters"]["reads"] >= 20,
+            15,
+            "twenty polls of the other instance",
+        )
+        assert adapter.client.call("status", instance="plc-tls")["state"] == "failed"
+        assert (device.connections, bytes(device.received)) == (0, b""), "not one byte sent"
+        # The listener does see a connection once plaintext is what the configuration asks.
+        document = copy.deepcopy(adapter.document)
+        del document["component"]["instances"][0]["connection"]["security"]
+        assert adapter.reload(document)["started"] == ["plc-tls"]
+        wait_until(lambda: device.received, 15, "the plaintext session request")
+        assert device.connections >= 1
+
+
+# -- instance ids that are topic class words ----------------------------------------------------
+
+
+def test_instances_named_like_reserved_classes_publish_their_signals(start_cip) -> None:
+    names = sorted(RESERVED_CLASSES)
+    sims = [
+        plc_instance(name, "sim.local", plc_signal("Wave", "REAL")) | {"adapter": "sim"}
+        for name in names
+    ]
+    adapter = start_cip(sims)
+    root = adapter.document["topic"]["root"]
+    for name in names:
+        topic = f"{root}/gw/ethernet-ip-adapter/{name}/data/wave"
+        assert adapter.data_topic(name, "wave") == topic
+        wait_until(lambda t=topic: adapter.seen.on(t), 10, f"an update of instance {name!r}")
+        message = adapter.seen.on(topic)[0]
+        assert message.identity is not None
+        assert message.identity.instance == name
+        assert message.body["samples"][0]["quality"] == "GOOD"
+        status = adapter.client.call("status", instance=name)
+        assert (status["state"], status["counters"]["publishErrors"]) == ("connected", 0)

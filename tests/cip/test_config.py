@@ -352,12 +352,25 @@ def test_bool_arrays_warn_that_they_are_experimental(caplog) -> None:
     assert "experimental" in caplog.text
 
 
+def _string_type(entry: dict[str, Any]) -> str:
+    entry["pollGroups"][0]["signals"][0]["type"] = "STRING"
+    return "$.component.instances[0].pollGroups[0].signals[0].type"
+
+
+def _tls_mode(entry: dict[str, Any]) -> str:
+    entry["connection"]["security"] = {"mode": "tls", "client": {"certSecret": "bundle"}}
+    return "$.component.instances[0].connection.security.mode: tls is not available"
+
+
 @pytest.mark.integration
-def test_validate_reports_a_malformed_instance_with_its_path(tmp_path: Path) -> None:
+@pytest.mark.parametrize("breaks", [_string_type, _tls_mode], ids=["malformed", "tls"])
+def test_validate_reports_an_instance_that_would_not_run_with_its_path(
+    tmp_path: Path, breaks
+) -> None:
     example = Path(__file__).parents[2] / "examples" / "ethernet-ip-adapter.json"
     document = json.loads(example.read_text())
     broken = copy.deepcopy(document)
-    broken["component"]["instances"][0]["pollGroups"][0]["signals"][0]["type"] = "STRING"
+    expected = breaks(broken["component"]["instances"][0])
     path = tmp_path / "broken.json"
     path.write_text(json.dumps(broken))
     result = subprocess.run(
@@ -367,4 +380,16 @@ def test_validate_reports_a_malformed_instance_with_its_path(tmp_path: Path) -> 
         timeout=60,
     )
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "$.component.instances[0].pollGroups[0].signals[0].type" in result.stderr
+    assert expected in result.stderr
+
+
+def test_a_tls_instance_is_parsed_as_failed_with_its_path() -> None:
+    security = {"mode": "tls", "client": {"certSecret": "bundle"}}
+    tls = poll_instance("plc-tls", connection={"endpoint": "10.0.0.9", "security": security})
+    document = config(poll_instance("good"), tls)
+    good, failed = parse_component(document).specs
+    assert good.unavailable is None
+    assert failed.unavailable is not None
+    assert failed.unavailable.path == "$.component.instances[1].connection.security.mode"
+    assert failed.endpoint == "10.0.0.9:2221"
+    assert EthernetIpAdapter.configuration_issues(document) == [failed.unavailable]

@@ -4,10 +4,13 @@ simulator workarounds, count mismatches, probes and an unreachable target."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.cip.packed_logix import packed_bits
 from tests.support.cpppo import LogixSimulator
 from tests.support.servers import free_port
 from unskit.cip.poll import PollDriver
@@ -170,18 +173,37 @@ def test_connect_to_nothing_fails_within_the_deadline() -> None:
     assert time.monotonic() - started < 3
 
 
-def test_a_packed_reply_is_unpacked_and_writes_are_refused() -> None:
-    # cpppo has no DWORD tags, so the packed path is driven with the value pycomm3 decodes
-    # from a DWORD[2] reply (32 booleans per DWORD, least significant bit first).
-    from pycomm3.tag import Tag
+@pytest.fixture
+def packed_logix(tmp_path: Path) -> Iterator[LogixSimulator]:
+    """cpppo serving a BOOL[64] packed into DWORD[2], beside a BOOL[16] stored per element."""
+    tags = ("PackedFlags=UDINT[2]", "Flags=BOOL[16]")
+    module = "tests.cip.packed_logix"
+    simulator = LogixSimulator(tags, tmp_path / "packed", module=module).start()
+    yield simulator
+    simulator.stop()
 
-    flags = SignalSpec("Packed", "packed", "BOOL", array_count=40)
-    driver, _ = driver_for("127.0.0.1:1", flags)
-    driver._packed.add("Packed")
-    bits = [i % 5 == 0 for i in range(64)]
-    reading = driver._reading(flags, Tag("Packed{2}", bits, "BOOL[64]", None), 0)
-    assert reading.quality is Quality.GOOD
-    assert reading.value == bits[:40], "unpacked to arrayCount booleans"
-    assert driver._request(flags) == "Packed{2}", "ceil(40 / 32) DWORDs are read"
-    with pytest.raises(ValueError, match="packed"):
-        driver.write(flags, [True] * 40)
+
+@pytest.mark.parametrize(
+    "messaging", MESSAGING, ids=["connected", "unconnected", "unconnected-slot"]
+)
+def test_packing_is_observed_from_the_reply_unpacked_and_writes_refused(
+    packed_logix: LogixSimulator, messaging: dict[str, Any]
+) -> None:
+    # arrayCount 40 is not a multiple of 32: two DWORDs are read and 40 booleans kept.
+    packed = SignalSpec("PackedFlags", "packed", "BOOL", array_count=40)
+    flags = SignalSpec("Flags", "flags", "BOOL", array_count=16)
+    driver, group = driver_for(packed_logix.endpoint, packed, flags, **messaging)
+    driver.connect(5)
+    try:
+        got = values(driver, group)
+        assert got["PackedFlags"] == packed_bits(40)
+        assert got["Flags"] == [False] * 16
+        assert driver.describe()["packedBoolArrays"] == ["PackedFlags"], "only the packed tag"
+        with pytest.raises(ValueError, match="packed"):
+            driver.write(packed, [True] * 40)
+        driver.write(flags, [True] * 16)
+        got = values(driver, group)
+        assert got["Flags"] == [True] * 16, "a BOOL array stored per element takes writes"
+        assert got["PackedFlags"] == packed_bits(40), "the refused write changed nothing"
+    finally:
+        driver.close()

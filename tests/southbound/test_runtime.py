@@ -304,6 +304,36 @@ def test_sim_values_are_deterministic() -> None:
     assert isinstance(sim_value(SignalSpec("F", "f", "BOOL"), 3.0), bool)
 
 
+def test_health_metrics_use_the_spec_family_and_dimensions(start_adapter) -> None:
+    adapter = start_adapter(
+        [instance("press-1", real_signal("speed"), adapter="test")],
+        metricEmission={"enabled": True, "target": "messaging", "intervalSeconds": 1},
+        timing={"metrics_interval_secs": 1, "stale_signal_secs": 1},
+    )
+    topic = adapter.runtime.topics.topic("metric", "southbound_health", instance="press-1")
+
+    def latest() -> dict:
+        messages = adapter.seen.on(topic)
+        if not messages:
+            return {}
+        assert messages[-1].body["family"] == "southbound_health"
+        return {
+            (m["name"], m["dimensions"].get("pollGroup")): m for m in messages[-1].body["metrics"]
+        }
+
+    def value(name: str, group: str | None = None, key: str = "value") -> float | None:
+        return latest().get((name, group), {}).get(key)
+
+    wait_until(lambda: (value("reads", "fast", "total") or 0) > 0, 10, "reads of group fast")
+    assert (value("connected"), value("staleSignals")) == (1, 0)
+    SwitchedDriver.switch.up.clear()
+    wait_until(
+        lambda: (value("connected"), value("staleSignals")) == (0, 1),
+        15,
+        "the unreachable device's signal counted stale",
+    )
+
+
 def test_metrics_interval_follows_the_component(start_adapter) -> None:
     adapter = start_adapter(
         [instance("press-1", real_signal("speed"))],

@@ -21,6 +21,8 @@ class LogixSimulator:
     folder: Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    #: The module run with ``python -m``: cpppo's server, or a launcher of it with other types.
+    module: str = "cpppo.server.enip"
 
     @property
     def endpoint(self) -> str:
@@ -33,7 +35,7 @@ class LogixSimulator:
             [
                 sys.executable,
                 "-m",
-                "cpppo.server.enip",
+                self.module,
                 "--address",
                 self.endpoint,
                 *self.tags,

@@ -34,6 +34,7 @@ __all__ = [
     "CipConnection",
     "component_schema",
     "parse_component",
+    "security_mode",
 ]
 
 _log = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ def parse_component(config: ComponentConfig) -> Candidate:
             issue = ConfigIssue(f"{path}.mode", "push mode is not available in this build yet")
             skipped.append(Skipped(name, str(issue), (issue,)))
             continue
-        specs.append(_instance(entry, global_defaults, timing))
+        specs.append(_instance(entry, global_defaults, timing, path))
     return Candidate(specs, skipped)
 
 
@@ -276,10 +277,18 @@ def _security_rules(security: Mapping[str, Any], path: str) -> Iterator[ConfigIs
 
 
 def _instance(
-    entry: Mapping[str, Any], global_defaults: Mapping[str, Any], timing: Timing
+    entry: Mapping[str, Any], global_defaults: Mapping[str, Any], timing: Timing, path: str
 ) -> InstanceSpec:
     device_defaults = entry.get("defaults") or {}
     connection = _connection(entry["connection"])
+    unavailable = None
+    if security_mode(entry) == "tls":
+        # Asking for more security than the build provides is an error, never a downgrade.
+        unavailable = ConfigIssue(
+            f"{path}.connection.security.mode",
+            "tls is not available in this build (no CIP Security transport yet): the "
+            "instance is failed and never connects, rather than poll in plaintext",
+        )
 
     def resolved(key: str, builtin: Any, *layers: Mapping[str, Any]) -> Any:
         for layer in (*layers, device_defaults, global_defaults):
@@ -324,13 +333,19 @@ def _instance(
         writes_allow=frozenset((entry.get("writes") or {}).get("allow", [])),
         timing=timing,
         entry=entry,
+        unavailable=unavailable,
     )
+
+
+def security_mode(entry: Mapping[str, Any]) -> str:
+    """The instance's connection.security.mode: plaintext (the default) or tls."""
+    security = entry["connection"].get("security") or {}
+    return str(security.get("mode", "plaintext"))
 
 
 def _connection(connection: Mapping[str, Any]) -> CipConnection:
     endpoint: str = connection["endpoint"]
-    tls = (connection.get("security") or {}).get("mode") == "tls"
-    port = CIP_TLS_PORT if tls else CIP_PORT
+    port = CIP_TLS_PORT if security_mode({"connection": connection}) == "tls" else CIP_PORT
     host = endpoint
     if endpoint.startswith("["):
         host, _, rest = endpoint[1:].partition("]")

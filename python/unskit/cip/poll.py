@@ -20,8 +20,8 @@ simulator by the tests:
    element ranges.
 5. A read reply typed DWORD for a BOOL array is a packed bit string (a Logix BOOL[n] is
    stored as DWORD[n/32]): the first read of a BOOL array observes the reply's type code and
-   from then on reads ceil(n/32) DWORDs and unpacks them to n booleans; writes to such a tag
-   are refused.
+   from then on reads ceil(n/32) DWORDs and unpacks them to n booleans (pycomm3 does both
+   for a connected read of n booleans); writes to such a tag are refused.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from pycomm3.packets.cip import GenericUnconnectedRequestPacket
 from pycomm3.packets.util import tag_request_path, wrap_unconnected_send
 from pycomm3.tag import Tag
 
-from unskit.cip.config import cip_connection
+from unskit.cip.config import cip_connection, security_mode
 from unskit.elementary_types import BOOLS_PER_DWORD, DWORD_CODE, TYPES
 from unskit.southbound.driver import (
     DeviceError,
@@ -209,6 +209,7 @@ class PollDriver:
             raise DeviceError("probe got no identity reply", connection_lost=True)
 
     def describe(self) -> Mapping[str, Any]:
+        est = (self.spec.entry["connection"].get("security") or {}).get("est") or {}
         return {
             "adapter": "ethernet-ip",
             "endpoint": self.spec.endpoint,
@@ -216,6 +217,12 @@ class PollDriver:
             "connected": self.connection.connected,
             **self._info,
             "packedBoolArrays": sorted(self._packed),
+            # The configured mode, never a default: a tls instance is failed, not plaintext.
+            "security": {
+                "mode": security_mode(self.spec.entry),
+                "est": {"enabled": bool(est.get("enabled", False))},
+                "target": None,
+            },
         }
 
     # -- tags ------------------------------------------------------------------------------
@@ -245,7 +252,11 @@ class PollDriver:
     def _request(self, signal: SignalSpec) -> str:
         if signal.array_count is None:
             return signal.id
-        count = _dwords(signal.array_count) if signal.id in self._packed else signal.array_count
+        count = signal.array_count
+        if signal.id in self._packed and not self.connection.connected:
+            # Our unconnected Read Tag counts DWORDs; pycomm3's connected read of a DWORD
+            # tag counts booleans and reads the DWORDs that hold them itself.
+            count = _dwords(count)
         return f"{signal.id}{{{count}}}"
 
     def read(self, group: PollGroupSpec) -> list[Reading]:

@@ -56,15 +56,15 @@ class SouthboundComponent:
 
     @classmethod
     def configuration_issues(cls, config: ComponentConfig) -> list[ConfigIssue]:
-        """The instance entries the component would skip, as configuration issues."""
+        """The instance entries the component would skip or run failed, as issues."""
         candidate = cls().parse(config)
-        return [
+        skipped = [
             issue
-            for skipped in candidate.skipped
-            for issue in (
-                skipped.issues or (ConfigIssue(f"instance {skipped.id}", skipped.reason),)
-            )
+            for entry in candidate.skipped
+            for issue in (entry.issues or (ConfigIssue(f"instance {entry.id}", entry.reason),))
         ]
+        failed = [spec.unavailable for spec in candidate.specs if spec.unavailable is not None]
+        return [*skipped, *failed]
 
     def start(self, runtime: Runtime) -> None:
         """Starts every valid instance (refusing to start with none) and offers the verbs."""

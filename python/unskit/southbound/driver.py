@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
 
-# Defined with the rest of the tree; part of the driver contract, so named here too.
-from unskit.errors import DeviceError
+# DeviceError is defined with the tree; part of the driver contract, so named here too.
+from unskit.errors import ConfigIssue, DeviceError
 
 __all__ = [
     "Deadband",
@@ -152,6 +152,9 @@ class InstanceSpec:
     #: Everything outside component.instances[] the instance depends on (component.global,
     #: component.token): a change there restarts every instance.
     shared: Mapping[str, Any] = field(default_factory=dict)
+    #: Set when the entry asks for what this build cannot do (tls before the TLS transport):
+    #: the instance is then failed and its driver is never asked to connect.
+    unavailable: ConfigIssue | None = None
 
     def signals(self) -> list[SignalSpec]:
         """Every signal of every poll group, in declaration order."""

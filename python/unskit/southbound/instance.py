@@ -32,6 +32,9 @@ T = TypeVar("T")
 DEVICE_UNREACHABLE = "device-unreachable"
 SIGNAL_UPDATE_NAME = "SouthboundSignalUpdate"
 _STOP_TIMEOUT_S = 10.0
+#: Counters with a pollGroup dimension, and those of the instance as a whole.
+_GROUP_COUNTERS = ("reads", "readErrors")
+_INSTANCE_COUNTERS = ("samplesPublished", "publishErrors", "reconnects")
 
 
 class InstanceState(str, Enum):
@@ -40,6 +43,8 @@ class InstanceState(str, Enum):
     CONNECTED = "connected"
     BACKOFF = "backoff"
     STOPPED = "stopped"
+    #: The configuration asks for what this build cannot do: never connects, until changed.
+    FAILED = "failed"
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,9 @@ class InstanceContext:
     stamp: EnvelopeStamp | None
     raise_alarm: Callable[[str, str, Mapping[str, Any]], None]
     clear_alarm: Callable[[str, str], None]
-    counter: Callable[[str, str], Any]
+    #: (instance, name, poll group or None) -> a counter of the southbound_health family.
+    counter: Callable[[str, str, str | None], Any]
+    #: (instance, name) -> a gauge of the southbound_health family.
     gauge: Callable[[str, str], Any]
 
 
@@ -81,6 +88,9 @@ class InstanceRunner:
         self._paused = paused
         self._state = InstanceState.STARTING
         self._last_error = ""
+        if spec.unavailable is not None:
+            self._state = InstanceState.FAILED
+            self._last_error = str(spec.unavailable)
         self._connected_since: float | None = None
         self._attempt = 0
         self._thread = threading.Thread(target=self._run, name=f"sb-{spec.id}", daemon=True)
@@ -88,6 +98,11 @@ class InstanceRunner:
     # -- control ----------------------------------------------------------------------------
 
     def start(self) -> InstanceRunner:
+        """Starts the instance's thread; a failed instance gets none and never connects."""
+        if self._state is InstanceState.FAILED:
+            _log.error("instance %s failed: %s", self.spec.id, self._last_error)
+            self._set_gauges()
+            return self
         self._thread.start()
         return self
 
@@ -123,9 +138,20 @@ class InstanceRunner:
     def connected(self) -> bool:
         return self._state is InstanceState.CONNECTED
 
+    @property
+    def state(self) -> InstanceState:
+        return self._state
+
+    @property
+    def last_error(self) -> str:
+        return self._last_error
+
     def submit(self, work: Callable[[], T]) -> Future[T]:
         """Runs device work on the instance thread; DEVICE_UNAVAILABLE when not connected."""
         future: Future[T] = Future()
+        if self._state is InstanceState.FAILED:
+            future.set_exception(CommandError(ErrorCode.DEVICE_UNAVAILABLE, self._last_error))
+            return future
         with self._lock:
             self._jobs.append((work, future))
         self._wake.set()
@@ -161,8 +187,14 @@ class InstanceRunner:
         }
 
     def _counters(self) -> dict[str, float]:
-        names = ("reads", "readErrors", "samplesPublished", "publishErrors", "reconnects")
-        return {name: self._context.counter(self.spec.id, name).total for name in names}
+        counter, groups = self._context.counter, [group.id for group in self.spec.poll_groups]
+        totals = {
+            name: sum(counter(self.spec.id, name, group).total for group in groups)
+            for name in _GROUP_COUNTERS
+        }
+        for name in _INSTANCE_COUNTERS:
+            totals[name] = counter(self.spec.id, name, None).total
+        return totals
 
     def signal_views(self) -> list[dict[str, Any]]:
         """Every signal with its settings and last value (sb/signals)."""
@@ -222,7 +254,7 @@ class InstanceRunner:
                             # Fixed rate; a late cycle is not caught up in a burst.
                             next_due[group_id] = max(due + interval, now)
                 self._publish(time.monotonic(), flush=False)
-                self._context.gauge(self.spec.id, "connected").set(1 if self.connected else 0)
+                self._set_gauges()
                 self._wake.wait(self._sleep_for(next_due, next_probe))
                 self._wake.clear()
         except Exception:
@@ -233,8 +265,14 @@ class InstanceRunner:
             self._fail_jobs(CommandError(ErrorCode.DEVICE_UNAVAILABLE, "the instance stopped"))
             self.driver.close()
             self._state = InstanceState.STOPPED
-            self._context.gauge(self.spec.id, "connected").set(0)
+            self._set_gauges()
             self._context.clear_alarm(DEVICE_UNREACHABLE, self.spec.id)
+
+    def _set_gauges(self) -> None:
+        gauge, threshold = self._context.gauge, self.spec.timing.stale_signal_secs
+        gauge(self.spec.id, "connected").set(1 if self.connected else 0)
+        stale = 0 if self._paused else len(self._table.stale(time.monotonic(), threshold))
+        gauge(self.spec.id, "staleSignals").set(stale)
 
     def _sleep_for(self, next_due: Mapping[str, float], next_probe: float) -> float:
         now = time.monotonic()
@@ -251,6 +289,7 @@ class InstanceRunner:
             self.driver.connect(timing.connect_ms / 1000)
         except DeviceError as error:
             self._lost(error)
+            self._set_gauges()
             ceiling = min(
                 timing.reconnect_backoff_max_ms,
                 timing.reconnect_backoff_min_ms * 2 ** min(self._attempt, 30),
@@ -281,7 +320,7 @@ class InstanceRunner:
         self._connected_since = None
         self._last_error = str(error)
         if was_connected:
-            self._context.counter(self.spec.id, "reconnects").inc()
+            self._context.counter(self.spec.id, "reconnects", None).inc()
             self.driver.close()
         _log.warning("instance %s: device unreachable: %s", self.spec.id, error)
         self._context.raise_alarm(
@@ -306,13 +345,13 @@ class InstanceRunner:
         try:
             readings = self._guard(lambda: self.driver.read(group)) or []
         except DeviceError as error:
-            counter(self.spec.id, "readErrors").inc()
+            counter(self.spec.id, "readErrors", group.id).inc()
             _log.debug("instance %s: read of %s failed: %s", self.spec.id, group.id, error)
             return
-        counter(self.spec.id, "reads").inc()
+        counter(self.spec.id, "reads", group.id).inc()
         bad = sum(1 for reading in readings if reading.quality.value != "GOOD")
         if bad:
-            counter(self.spec.id, "readErrors").inc(bad)
+            counter(self.spec.id, "readErrors", group.id).inc(bad)
         self._table.accept(readings, int(time.time() * 1000), now)
 
     def _publish(self, now: float, *, flush: bool) -> None:
@@ -328,12 +367,12 @@ class InstanceRunner:
             try:
                 self._context.messaging.publish(topic, message)
             except UnskitError as error:
-                self._context.counter(self.spec.id, "publishErrors").inc()
+                self._context.counter(self.spec.id, "publishErrors", None).inc()
                 _log.debug(
                     "instance %s: update of %s not published: %s", self.spec.id, topic, error
                 )
                 continue
-            self._context.counter(self.spec.id, "samplesPublished").inc(len(samples))
+            self._context.counter(self.spec.id, "samplesPublished", None).inc(len(samples))
 
     def _run_jobs(self) -> None:
         while True:

@@ -30,6 +30,7 @@ from unskit.commands.fields import FreeJson
 from unskit.elementary_types import FLOAT_TYPES, INTEGER_RANGES
 from unskit.errors import CommandError, ConfigError, ConfigIssue, UnskitError
 from unskit.runtime.component import Runtime
+from unskit.runtime.metrics import Counter
 from unskit.southbound.driver import (
     DeviceDriver,
     DeviceError,
@@ -37,10 +38,10 @@ from unskit.southbound.driver import (
     PollGroupSpec,
     SignalSpec,
 )
-from unskit.southbound.instance import InstanceContext, InstanceRunner
+from unskit.southbound.instance import InstanceContext, InstanceRunner, InstanceState
 from unskit.southbound.signals import scale_value
 
-__all__ = ["DriverFactory", "Skipped", "SouthboundService"]
+__all__ = ["HEALTH_FAMILY", "DriverFactory", "Skipped", "SouthboundService"]
 
 _log = logging.getLogger(__name__)
 
@@ -48,6 +49,9 @@ _log = logging.getLogger(__name__)
 DriverFactory = Callable[[InstanceSpec], DeviceDriver]
 #: Generous: a read waits for the poll in progress, then its own request.
 _DEVICE_WAIT_MARGIN_S = 5.0
+#: The metric family of every southbound adapter (spec 3), dimension instance (and
+#: pollGroup for reads and readErrors).
+HEALTH_FAMILY = "southbound_health"
 
 
 @dataclass(frozen=True)
@@ -79,16 +83,21 @@ class SouthboundService:
         self._running: dict[str, _Running] = {}
         self._shared = ""
         metrics = runtime.metrics
+
+        def counter(instance: str, name: str, poll_group: str | None) -> Counter:
+            dimensions = {"instance": instance}
+            if poll_group is not None:
+                dimensions["pollGroup"] = poll_group
+            return metrics.counter(HEALTH_FAMILY, name, dimensions)
+
         self._context = InstanceContext(
             messaging=runtime.get_messaging(),
             topics=runtime.topics,
             stamp=runtime.config,
             raise_alarm=self._raise_alarm,
             clear_alarm=self._clear_alarm,
-            counter=lambda instance, name: metrics.counter(
-                "southbound", name, {"instance": instance}
-            ),
-            gauge=lambda instance, name: metrics.gauge("southbound", name, {"instance": instance}),
+            counter=counter,
+            gauge=lambda instance, name: metrics.gauge(HEALTH_FAMILY, name, {"instance": instance}),
         )
 
     # -- instances --------------------------------------------------------------------------
@@ -316,6 +325,9 @@ class SouthboundService:
         }
 
     def _on_device(self, runner: InstanceRunner, work: Callable[[], Any]) -> Any:
+        if runner.state is InstanceState.FAILED:
+            message = f"{runner.spec.id} failed: {runner.last_error}"
+            raise CommandError(ErrorCode.DEVICE_UNAVAILABLE, message)
         if not runner.connected:
             raise CommandError(ErrorCode.DEVICE_UNAVAILABLE, f"{runner.spec.id} is not connected")
         wait = runner.spec.timing.request_timeout_ms / 1000 + _DEVICE_WAIT_MARGIN_S
