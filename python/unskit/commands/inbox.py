@@ -28,7 +28,7 @@ from unskit.commands.idempotency import ClaimKind, IdempotencyKey, IdempotencySt
 from unskit.commands.paging import CursorBook
 from unskit.commands.verbs import CommandContext, Kind, Page, RequestIdRule, Scope, Verb
 from unskit.envelope import EnvelopeStamp, Message, MessageBuilder
-from unskit.errors import CommandError, UnskitError
+from unskit.errors import CommandError, EnvelopeError, UnskitError
 from unskit.messaging.client import MessagingClient
 from unskit.messaging.reply_to import ReplyRefusal
 from unskit.topics import TopicScope
@@ -374,6 +374,14 @@ class CommandInbox:
         future.add_done_callback(done)
 
     def _answer(self, held: _Held, outcome: Mapping[str, Any]) -> None:
+        try:
+            reply = MessageBuilder(REPLY_NAME, "1.0", self._stamp).body(dict(outcome)).build()
+        except EnvelopeError as error:
+            # An outcome beyond the envelope's limits (nesting, size) is answered as an
+            # internal error, rather than not at all.
+            _log.warning("sb/%s: the outcome does not fit an envelope: %s", held.verb, error)
+            outcome = _INTERNAL_ERROR
+            reply = MessageBuilder(REPLY_NAME, "1.0", self._stamp).body(dict(outcome)).build()
         with self._lock:
             if held.answered:
                 return
@@ -386,7 +394,6 @@ class CommandInbox:
                 self.stats.failed[code] = self.stats.failed.get(code, 0) + 1
         if self._on_outcome is not None:
             self._on_outcome(held.verb, code or "OK")
-        reply = MessageBuilder(REPLY_NAME, "1.0", self._stamp).body(dict(outcome)).build()
         try:
             # False when the request has no reply_to or a refused one; messaging logs it.
             sent = self._messaging.reply(held.request, reply)
