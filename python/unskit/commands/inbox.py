@@ -28,8 +28,9 @@ from unskit.commands.idempotency import ClaimKind, IdempotencyKey, IdempotencySt
 from unskit.commands.paging import CursorBook
 from unskit.commands.verbs import CommandContext, Kind, Page, RequestIdRule, Scope, Verb
 from unskit.envelope import EnvelopeStamp, Message, MessageBuilder
-from unskit.errors import CommandError, UnskitError
+from unskit.errors import CommandError, EnvelopeError, UnskitError
 from unskit.messaging.client import MessagingClient
+from unskit.messaging.reply_to import ReplyRefusal
 from unskit.topics import TopicScope
 
 __all__ = ["REPLY_NAME", "CommandInbox", "InboxStats", "single_instance"]
@@ -58,7 +59,8 @@ class InboxStats:
     requests: int = 0
     succeeded: int = 0
     failed: dict[str, int] = field(default_factory=dict)
-    #: Requests without a reply_to: run when immediate, but nobody can be answered.
+    #: Requests without a reply_to (run when immediate) or with a refused one (not run):
+    #: nobody can be answered.
     unanswerable: int = 0
 
 
@@ -214,6 +216,11 @@ class CommandInbox:
 
     def _serve(self, topic: str, request: Message, held: _Held) -> Mapping[str, Any] | None:
         """The reply body, or None when the reply is held for later."""
+        refusal = self._messaging.reply_refusal(request)
+        if refusal is not None and refusal is not ReplyRefusal.MISSING:
+            # Not run: its sender named a topic no reply goes to, so this is a malformed
+            # request (and the answer below is refused, counted and logged by messaging).
+            raise bad_args(f"not answered: {refusal.explanation}")
         topic_instance, verb_name = self._address(topic)
         with self._lock:
             if self._stopping:
@@ -367,6 +374,14 @@ class CommandInbox:
         future.add_done_callback(done)
 
     def _answer(self, held: _Held, outcome: Mapping[str, Any]) -> None:
+        try:
+            reply = MessageBuilder(REPLY_NAME, "1.0", self._stamp).body(dict(outcome)).build()
+        except EnvelopeError as error:
+            # An outcome beyond the envelope's limits (nesting, size) is answered as an
+            # internal error, rather than not at all.
+            _log.warning("sb/%s: the outcome does not fit an envelope: %s", held.verb, error)
+            outcome = _INTERNAL_ERROR
+            reply = MessageBuilder(REPLY_NAME, "1.0", self._stamp).body(dict(outcome)).build()
         with self._lock:
             if held.answered:
                 return
@@ -377,18 +392,17 @@ class CommandInbox:
                 self.stats.succeeded += 1
             else:
                 self.stats.failed[code] = self.stats.failed.get(code, 0) + 1
-            if held.request.reply_to is None:
-                self.stats.unanswerable += 1
         if self._on_outcome is not None:
             self._on_outcome(held.verb, code or "OK")
-        if held.request.reply_to is None:
-            _log.debug("sb/%s: no reply_to, so the outcome is not sent", held.verb)
-            return
-        reply = MessageBuilder(REPLY_NAME, "1.0", self._stamp).body(dict(outcome)).build()
         try:
-            self._messaging.reply(held.request, reply)
+            # False when the request has no reply_to or a refused one; messaging logs it.
+            sent = self._messaging.reply(held.request, reply)
         except UnskitError as error:
             _log.warning("sb/%s: reply not sent: %s", held.verb, error)
+            return
+        if not sent:
+            with self._lock:
+                self.stats.unanswerable += 1
 
     # -- built-in verbs -------------------------------------------------------------------
 

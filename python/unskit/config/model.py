@@ -256,6 +256,8 @@ class MessagingConfig:
     local: BrokerConfig | None
     northbound: BrokerConfig | None = None
     request_timeout_seconds: float = DEFAULT_REQUEST_TIMEOUT_SECONDS
+    #: Topic prefixes replies may go to besides ``lib/reply-`` (replyTopicPrefixes).
+    reply_topic_prefixes: tuple[str, ...] = ()
 
     @property
     def ipc(self) -> bool:
@@ -734,6 +736,7 @@ def _messaging(section: Mapping[str, Any], thing: str, token: str) -> MessagingC
         request_timeout_seconds=float(
             section.get("requestTimeoutSeconds", DEFAULT_REQUEST_TIMEOUT_SECONDS)
         ),
+        reply_topic_prefixes=tuple(section.get("replyTopicPrefixes", ())),
     )
 
 

@@ -1,6 +1,7 @@
 """Messaging: envelopes over MQTT (or the edge-runtime IPC bus), local and northbound."""
 
 from unskit.messaging.client import LinkStats, MessagingClient
+from unskit.messaging.reply_to import ReplyRefusal
 from unskit.messaging.requests import RequestFuture
 from unskit.messaging.transport import QoS, Transport
 from unskit.topics import (
@@ -16,6 +17,7 @@ __all__ = [
     "LinkStats",
     "MessagingClient",
     "QoS",
+    "ReplyRefusal",
     "RequestFuture",
     "TopicScope",
     "Transport",

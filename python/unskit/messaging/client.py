@@ -6,7 +6,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,14 +15,11 @@ from unskit.config.secrets import SecretResolver
 from unskit.envelope import Message
 from unskit.errors import EnvelopeError, MessagingError, RequestTimeoutError
 from unskit.messaging.mqtt import MqttTransport
+from unskit.messaging.reply_to import RefusalLog, ReplyRefusal, reply_refusal
 from unskit.messaging.requests import DeadlineTimer, ReplyTopics, RequestFuture
 from unskit.messaging.subscriptions import Handler, Subscription
 from unskit.messaging.transport import QoS, Transport
-from unskit.topics import (
-    REPLY_TOPIC_PREFIX,
-    check_not_reserved,
-    topic_matches_filter,
-)
+from unskit.topics import REPLY_TOPIC_PREFIX, check_not_reserved, topic_matches_filter
 
 __all__ = ["LinkStats", "MessagingClient"]
 
@@ -43,6 +40,9 @@ class LinkStats:
     stragglers: int = 0
     published: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
+    #: Replies not published, by `ReplyRefusal` value: no reply_to, or one that is not a
+    #: reply topic.
+    refused_replies: dict[str, int] = field(default_factory=dict)
 
 
 class _Link:
@@ -179,6 +179,11 @@ class _Link:
 
     # -- outbound -------------------------------------------------------------------------
 
+    def count_refused(self, refusal: ReplyRefusal) -> None:
+        with self._lock:  # responders reply from many worker threads
+            refused = self.stats.refused_replies
+            refused[refusal.value] = refused.get(refusal.value, 0) + 1
+
     def publish(self, topic: str, payload: bytes, qos: QoS | None) -> None:
         self.transport.publish(topic, payload, self.publish_qos if qos is None else QoS(qos))
         self.stats.published += 1
@@ -301,8 +306,12 @@ class MessagingClient:
         local: Transport | None = None,
         northbound: Transport | None = None,
         persistent_session: bool = True,
+        on_reply_refused: Callable[[str, ReplyRefusal], None] | None = None,
     ) -> None:
         self._config = config
+        self._reply_prefixes = tuple(config.reply_topic_prefixes)
+        self._refusals = RefusalLog(_log)
+        self._on_reply_refused = on_reply_refused
         self._timer = DeadlineTimer()
         if local is None:
             if config.local is None:
@@ -424,25 +433,35 @@ class MessagingClient:
         """Cancels a pending northbound request."""
         self._require_northbound().settle(future)
 
-    def reply(self, request: Message, reply: Message) -> None:
-        """Publishes `reply` to the request's reply_to, carrying its correlation id."""
-        self._reply(self._local, request, reply)
+    def reply(self, request: Message, reply: Message) -> bool:
+        """Publishes `reply` to the request's reply_to, carrying its correlation id; False,
+        with nothing published, when that is no reply topic (see `reply_refusal`)."""
+        return self._reply(self._local, request, reply)
 
-    def reply_northbound(self, request: Message, reply: Message) -> None:
+    def reply_northbound(self, request: Message, reply: Message) -> bool:
         """`reply` on the northbound broker."""
-        self._reply(self._require_northbound(), request, reply)
+        return self._reply(self._require_northbound(), request, reply)
 
-    @staticmethod
-    def _reply(link: _Link, request: Message, reply: Message) -> None:
+    def reply_refusal(self, request: Message) -> ReplyRefusal | None:
+        """Why `reply` would not answer this request (no reply_to, or one outside
+        ``lib/reply-`` and messaging.replyTopicPrefixes), or None when it would."""
+        return reply_refusal(request.reply_to, self._reply_prefixes)
+
+    def _reply(self, link: _Link, request: Message, reply: Message) -> bool:
         reply_to = request.reply_to
-        if reply_to is None:
-            raise ValueError(
-                f"the request {request.header.name!r} ({request.header.uuid}) carries no "
-                "reply_to: there is nowhere to reply"
-            )
-        check_not_reserved(reply_to)
+        refusal = reply_refusal(reply_to, self._reply_prefixes)
+        if refusal is not None:
+            # The sender chose the topic, so this is the sender's fault: counted and logged
+            # here, once for every responder, never raised into the responder's handler.
+            link.count_refused(refusal)
+            self._refusals.refused(link.name, request, refusal)
+            if self._on_reply_refused is not None:
+                self._on_reply_refused(link.name, refusal)
+            return False
+        assert reply_to is not None
         reply.set_correlation_id(request.correlation_id)
         link.publish(reply_to, reply.to_bytes(), None)
+        return True
 
     # -- state ----------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from unskit.config.loader import ConfigLoader, add_config_arguments
 from unskit.config.model import EMBEDDED_HOST, ComponentConfig, MessagingConfig
 from unskit.envelope import Message, MessageBuilder
 from unskit.errors import CommandError, ConfigError, ConfigIssue, UnskitError
-from unskit.messaging import MessagingClient
+from unskit.messaging import MessagingClient, ReplyRefusal
 from unskit.runtime.embedded_broker import EmbeddedBroker
 from unskit.runtime.events import Events
 from unskit.runtime.health import HealthServer, ReadinessState
@@ -159,6 +159,11 @@ class Runtime:
     def _count_command(self, verb: str, outcome: str) -> None:
         self.metrics.counter("commands", "replies", {"verb": verb, "outcome": outcome}).inc()
 
+    def _count_refused_reply(self, link: str, refusal: ReplyRefusal) -> None:
+        self.metrics.counter(
+            "messaging", "repliesRefused", {"link": link, "reason": refusal.value}
+        ).inc()
+
     def set_ready(self, ready: bool) -> None:
         """Sets the component's readiness gate; a no-op when the probe server is disabled."""
         if self.readiness is not None:
@@ -224,7 +229,9 @@ class Runtime:
         )
         messaging_config = self._start_embedded_broker(config.messaging)
         secrets = config.secrets() if config.credentials is not None else None
-        self._messaging = MessagingClient(messaging_config, secrets=secrets).start()
+        self._messaging = MessagingClient(
+            messaging_config, secrets=secrets, on_reply_refused=self._count_refused_reply
+        ).start()
 
         if config.health.enabled_for(config.platform):
             self.readiness = ReadinessState(self._messaging.connected)

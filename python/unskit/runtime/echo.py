@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from unskit.envelope import Message, MessageBuilder
+from unskit.errors import UnskitError
 from unskit.runtime.component import Runtime
 
 __all__ = ["EchoComponent"]
@@ -44,15 +45,22 @@ class EchoComponent:
 
     def _echo(self, _topic: str, request: Message) -> None:
         assert self._runtime is not None
+        messaging = self._runtime.get_messaging()
         body = request.body
-        if isinstance(body, dict) and isinstance(body.get("delayMs"), int):
-            delay_ms = min(max(body["delayMs"], 0), MAX_DELAY_MS)
+        delay = body.get("delayMs") if isinstance(body, dict) else None
+        # A request that will not be answered is not held either: it would only tie a worker.
+        if isinstance(delay, int) and messaging.reply_refusal(request) is None:
+            delay_ms = min(max(delay, 0), MAX_DELAY_MS)
             _log.info("echo: holding the reply to %s for %d ms", request.header.uuid, delay_ms)
             # Held on this subscription's worker; shutdown waits for it to finish.
             self._hold.wait(delay_ms / 1000)
-        reply = MessageBuilder("EchoReply", "1.0", self._runtime.config).body(request.body).build()
-        self._runtime.get_messaging().reply(request, reply)
-        self.answered += 1
+        try:
+            reply = MessageBuilder("EchoReply", "1.0", self._runtime.config).body(body).build()
+            # False when the reply_to is missing or no reply topic: messaging counts and logs.
+            if messaging.reply(request, reply):
+                self.answered += 1
+        except UnskitError as error:
+            _log.warning("echo: the reply to %s was not sent: %s", request.header.uuid, error)
 
     def drain(self) -> None:
         """Stops answering; requests already queued are still answered by messaging's drain."""
