@@ -147,6 +147,7 @@ class Runtime:
                 max_queued=commands.max_queued,
                 cursor_ttl_seconds=commands.cursor_ttl_seconds,
                 on_outcome=self._count_command,
+                deadline_seconds=self.config.messaging.request_timeout_seconds,
             )
         return self._inbox
 
@@ -224,7 +225,9 @@ class Runtime:
         )
         messaging_config = self._start_embedded_broker(config.messaging)
         secrets = config.secrets() if config.credentials is not None else None
-        self._messaging = MessagingClient(messaging_config, secrets=secrets).start()
+        # Held until the component has subscribed: a resumed session delivers what waited
+        # on the broker (requests sent while we were down) right after CONNACK.
+        self._messaging = MessagingClient(messaging_config, secrets=secrets).start(hold=True)
 
         if config.health.enabled_for(config.platform):
             self.readiness = ReadinessState(self._messaging.connected)
@@ -276,6 +279,7 @@ class Runtime:
         if self._inbox is not None:
             self._inbox.register(self._reload_verb(app))
             self._inbox.start()
+        self._messaging.release()
         return self
 
     def _reload_verb(self, app: ComponentApp | None) -> Verb:
