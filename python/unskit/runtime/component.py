@@ -114,6 +114,8 @@ class Runtime:
         self._app: ComponentApp | None = None
         self._loader: ConfigLoader | None = None
         self._inbox: CommandInbox | None = None
+        # Set once start-up has ended: the component subscribed and held messages went out.
+        self._serving = False
         self.events: Events | None = None
 
     # -- the runtime accessors of the specification -------------------------------------
@@ -230,7 +232,7 @@ class Runtime:
         self._messaging = MessagingClient(messaging_config, secrets=secrets).start(hold=True)
 
         if config.health.enabled_for(config.platform):
-            self.readiness = ReadinessState(self._messaging.connected)
+            self.readiness = ReadinessState(self._answers)
             self.health = HealthServer(config.health, self.readiness)
         coordinator = ShutdownCoordinator(self.readiness, self.health)
         self._coordinator = coordinator
@@ -280,7 +282,19 @@ class Runtime:
             self._inbox.register(self._reload_verb(app))
             self._inbox.start()
         self._messaging.release()
+        self._serving = True
         return self
+
+    def _answers(self) -> bool:
+        """Readiness's connectivity check: start-up has ended, the local link is up and the
+        broker acknowledged every subscription (the command inbox's among them)."""
+        messaging = self._messaging
+        return (
+            self._serving
+            and messaging is not None
+            and messaging.connected()
+            and messaging.subscriptions_acknowledged()
+        )
 
     def _reload_verb(self, app: ComponentApp | None) -> Verb:
         reason = None
