@@ -35,6 +35,7 @@ from unskit.runtime.events import Events
 from unskit.runtime.health import HealthServer, ReadinessState
 from unskit.runtime.logging_config import configure_logging
 from unskit.runtime.metrics import MetricsRegistry, MetricsReporter, create_emitter
+from unskit.runtime.publish_watch import PublishWatch
 from unskit.runtime.shutdown import ShutdownCoordinator
 
 __all__ = [
@@ -117,6 +118,8 @@ class Runtime:
         # Set once start-up has ended: the component subscribed and held messages went out.
         self._serving = False
         self.events: Events | None = None
+        #: Raises and clears message-publish-degraded; None until started.
+        self.publish_watch: PublishWatch | None = None
 
     # -- the runtime accessors of the specification -------------------------------------
 
@@ -243,6 +246,7 @@ class Runtime:
         coordinator.add_drain_step(config.component_token, lambda: self._drain_app(app))
         coordinator.add_drain_step("held commands", self._close_commands)
         coordinator.add_drain_step("heartbeat", self._stop_heartbeat)
+        coordinator.add_drain_step("publish watch", self._stop_publish_watch)
         coordinator.add_drain_step("metrics", self._stop_metrics)
         coordinator.add_drain_step("messaging", lambda: self.get_messaging().close(DRAIN_TIMEOUT_S))
         if self.embedded_broker is not None:
@@ -261,6 +265,8 @@ class Runtime:
             else None
         )
         self.events = Events(self._messaging, self.topics, stamp=config)
+        links = ("local", "northbound") if messaging_config.northbound is not None else ("local",)
+        self.publish_watch = PublishWatch(self._messaging, self.events, links).start()
         emission = config.metric_emission
         if emission.enabled:
             emitter = create_emitter(
@@ -334,6 +340,10 @@ class Runtime:
     def _drain_app(self, app: ComponentApp | None) -> None:
         if app is not None and self._app_started:
             app.drain()
+
+    def _stop_publish_watch(self) -> None:
+        if self.publish_watch is not None:
+            self.publish_watch.stop(DRAIN_TIMEOUT_S)
 
     def _stop_metrics(self) -> None:
         if self._reporter is not None:
