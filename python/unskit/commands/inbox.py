@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -91,6 +92,7 @@ class CommandInbox:
         max_queued: int = 1000,
         cursor_ttl_seconds: float = 300.0,
         on_outcome: Callable[[str, str], None] | None = None,
+        deadline_seconds: float = 0.0,
     ) -> None:
         self._messaging = messaging
         self._topics = topics
@@ -102,12 +104,13 @@ class CommandInbox:
         self._max_queued = max_queued
         self._cursors = CursorBook(ttl_seconds=cursor_ttl_seconds)
         self._on_outcome = on_outcome
+        # A request older than this (by its header timestamp) is refused unrun; 0: never.
+        self._deadline_ms = deadline_seconds * 1000
         self._verbs: dict[str, Verb] = {}
         self._lock = threading.Lock()
         self._held: set[_Held] = set()
         self._draining = 0
         self._stopping = False
-        self._started = False
         self.stats = InboxStats()
         self.register(
             Verb(
@@ -159,7 +162,6 @@ class CommandInbox:
                 max_concurrency=self._max_concurrency,
                 max_messages=self._max_queued,
             )
-        self._started = True
         _log.info("command inbox on %s and %s", *self.filters)
         return self
 
@@ -180,17 +182,16 @@ class CommandInbox:
             self._stopping = True
 
     def close(self) -> None:
-        """Stops accepting, answers COMPONENT_STOPPING to requests still held, unsubscribes."""
+        """Stops accepting and answers COMPONENT_STOPPING to requests still held."""
         self.stop_accepting()
         with self._lock:
             held = list(self._held)
         stopping = CommandError(ErrorCode.COMPONENT_STOPPING, "the component is stopping")
         for entry in held:
             self._answer(entry, stopping.to_body())
-        if self._started:
-            for topic_filter in self.filters:
-                self._messaging.unsubscribe(topic_filter)
-            self._started = False
+        # No UNSUBSCRIBE: the broker's session keeps the filters, so requests sent while
+        # the component is down wait there for its next start (until messaging closes,
+        # requests still arriving are answered COMPONENT_STOPPING).
 
     @property
     def held_requests(self) -> int:
@@ -230,6 +231,7 @@ class CommandInbox:
                     ErrorCode.DEVICE_UNAVAILABLE, "a configuration reload is being applied"
                 )
             verb = self._verbs.get(verb_name)
+        self._check_deadline(request)
         body = _body_object(request)
         if verb is None:
             raise bad_args(f"unknown verb sb/{verb_name}; sb/describe lists the verbs")
@@ -274,6 +276,18 @@ class CommandInbox:
         assert claim.waiter is not None
         self._hold(held, claim.waiter, key=None)
         return None
+
+    def _check_deadline(self, request: Message) -> None:
+        if not self._deadline_ms:
+            return
+        waited_ms = time.time() * 1000 - request.header.timestamp_ms
+        if waited_ms > self._deadline_ms:
+            # Its sender has given up: running it now would act for nobody.
+            raise CommandError(
+                ErrorCode.DEVICE_UNAVAILABLE,
+                f"the request waited {waited_ms / 1000:.1f} s, past its deadline of "
+                f"{self._deadline_ms / 1000:g} s (messaging.requestTimeoutSeconds); not run",
+            )
 
     def _address(self, topic: str) -> tuple[str | None, str]:
         levels = topic[len(self._base) :].split("/") if topic.startswith(self._base) else []

@@ -21,7 +21,7 @@ from unskit.messaging.subscriptions import Handler, Subscription
 from unskit.messaging.transport import QoS, Transport
 from unskit.topics import REPLY_TOPIC_PREFIX, check_not_reserved, topic_matches_filter
 
-__all__ = ["LinkStats", "MessagingClient"]
+__all__ = ["HOLD_MAX_MESSAGES", "LinkStats", "MessagingClient", "PublishStatus"]
 
 _log = logging.getLogger(__name__)
 
@@ -29,6 +29,9 @@ _log = logging.getLogger(__name__)
 MATCH_CACHE_SIZE = 10_000
 # Malformed frames are counted always, logged first and then every this many.
 REJECT_LOG_EVERY = 1_000
+#: Messages a held link keeps for `release` (start-up: a resumed session's backlog);
+#: beyond it new ones are dropped, counted and logged.
+HOLD_MAX_MESSAGES = 10_000
 
 
 @dataclass
@@ -43,6 +46,17 @@ class LinkStats:
     #: Replies not published, by `ReplyRefusal` value: no reply_to, or one that is not a
     #: reply topic.
     refused_replies: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PublishStatus:
+    """How one link's publishing fares: its state, unacknowledged backlog and losses."""
+
+    connected: bool
+    #: QoS 1/2 publishes not yet acknowledged by the broker (queued ones included).
+    backlog: int
+    #: Publishes lost since start (QoS 0 dropped while down, refused when the queue is full).
+    failures: int
 
 
 class _Link:
@@ -66,13 +80,61 @@ class _Link:
         self.replies = ReplyTopics(transport, self.subscribe_qos, timer)
         self._link_changed = threading.Condition()
         self.stats = LinkStats()
+        # While not None, non-reply messages wait here in arrival order for `release`.
+        self._held: list[tuple[str, bytes | bytearray]] | None = None
+        self._hold_lock = threading.Lock()
+        self.held_dropped = 0
 
     @property
     def name(self) -> str:
         return self.transport.name
 
-    def start(self) -> None:
+    def start(self, hold: bool) -> None:
+        if hold:
+            self._held = []
         self.transport.start(self.on_message, self._on_link)
+
+    def release(self) -> int:
+        """Delivers the held messages in order and stops holding; returns how many."""
+        # Under the hold lock: a message arriving meanwhile queues behind the held ones.
+        with self._hold_lock:
+            held = self._held or []
+            for topic, payload in held:
+                self._deliver(topic, payload)
+            self._held = None
+        count = len(held)
+        if count or self.held_dropped:
+            _log.info(
+                "messaging %s: %d messages received during start-up delivered, %d dropped",
+                self.name,
+                count,
+                self.held_dropped,
+            )
+        return count
+
+    def subscriptions_acknowledged(self) -> bool:
+        with self._lock:
+            filters = list(self.subscriptions)
+        return self.transport.acknowledged(filters)
+
+    def _hold(self, topic: str, payload: bytes | bytearray) -> bool:
+        with self._hold_lock:
+            held = self._held
+            if held is None:
+                return False
+            if len(held) < HOLD_MAX_MESSAGES:
+                held.append((topic, payload))
+                return True
+            self.held_dropped += 1
+            dropped = self.held_dropped
+        if dropped == 1 or dropped % REJECT_LOG_EVERY == 0:
+            _log.warning(
+                "messaging %s: %d messages already wait for start-up to end; dropped %d so far",
+                self.name,
+                HOLD_MAX_MESSAGES,
+                dropped,
+            )
+        return True
 
     def _on_link(self, up: bool) -> None:
         _log.info("messaging %s: link %s", self.name, "up" if up else "down")
@@ -90,6 +152,11 @@ class _Link:
         if topic.startswith(REPLY_TOPIC_PREFIX):
             self._on_reply(topic, payload)
             return
+        if self._held is not None and self._hold(topic, payload):
+            return
+        self._deliver(topic, payload)
+
+    def _deliver(self, topic: str, payload: bytes | bytearray) -> None:
         matching = self._matching.get(topic)
         if matching is None:
             matching = self._match(topic)
@@ -328,12 +395,20 @@ class MessagingClient:
         self._closed = False
         self._close_lock = threading.Lock()
 
-    def start(self) -> MessagingClient:
-        """Connects every link in the background (reconnecting on its own); returns self."""
-        self._local.start()
+    def start(self, *, hold: bool = False) -> MessagingClient:
+        """Connects every link in the background (reconnecting on its own); returns self.
+        With `hold`, messages received before `release()` (a resumed session's backlog
+        among them) wait, up to HOLD_MAX_MESSAGES per link, for the subscriptions made
+        meanwhile; replies to requests are never held."""
+        self._local.start(hold)
         if self._northbound is not None:
-            self._northbound.start()
+            self._northbound.start(hold)
         return self
+
+    def release(self) -> int:
+        """Ends the hold of `start(hold=True)`: delivers what waits, in arrival order, to
+        the subscriptions that match it now; returns how many messages were held."""
+        return sum(link.release() for link in (self._local, self._northbound) if link is not None)
 
     def __enter__(self) -> MessagingClient:
         return self.start()
@@ -477,6 +552,18 @@ class MessagingClient:
     def wait_connected(self, timeout: float | None = None) -> bool:
         """Blocks until the local link is up (True) or `timeout` seconds pass (False)."""
         return self._local.wait_connected(timeout)
+
+    def subscriptions_acknowledged(self) -> bool:
+        """Whether the local link is up and the broker acknowledged every subscription made
+        with `subscribe` since it came up (reply subscriptions aside)."""
+        return self._local.subscriptions_acknowledged()
+
+    def publish_status(self, northbound: bool = False) -> PublishStatus:
+        """The local (or northbound) link's publishing: connected, backlog, failures."""
+        transport = (self._require_northbound() if northbound else self._local).transport
+        return PublishStatus(
+            transport.is_connected(), transport.publish_backlog(), transport.publish_failures()
+        )
 
     def northbound_connected(self) -> bool:
         """The northbound link's state (False when none is configured); never readiness."""

@@ -103,10 +103,15 @@ class MqttTransport:
         self._clock = clock
         self._lock = threading.Lock()
         self._filters: dict[str, QoS] = {}
+        # Filters the broker acknowledged (SUBACK) on the current connection, and the
+        # filters of each SUBSCRIBE still awaiting its SUBACK, by packet id.
+        self._acknowledged: set[str] = set()
+        self._awaiting_suback: dict[int, list[str]] = {}
         self._connected = False
         self._attempt = 0
         self._closed = False
         self._dropped_qos0 = 0
+        self._refused = 0
         self._client: paho.Client | None = None
         self._on_message: MessageCallback | None = None
         self._on_link: LinkCallback | None = None
@@ -141,6 +146,7 @@ class MqttTransport:
         client.on_disconnect = self._handle_disconnect
         client.on_connect_fail = self._handle_connect_fail
         client.on_message = self._handle_message
+        client.on_subscribe = self._handle_suback
         client.reconnect_delay_set(BACKOFF_BASE_SECS, BACKOFF_MAX_SECS)  # type: ignore[arg-type]
         self._client = client
         _log.info(
@@ -182,6 +188,7 @@ class MqttTransport:
         info = client.publish(topic, payload, int(qos))
         rc = info.rc
         if rc == MQTTErrorCode.MQTT_ERR_QUEUE_SIZE:
+            self._refused += 1
             raise PublishError(
                 f"messaging {self._name}: {MAX_QUEUED_MESSAGES} publishes already wait for the "
                 f"broker; {topic!r} was not queued"
@@ -194,6 +201,7 @@ class MqttTransport:
                 )
             return
         if rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN):
+            self._refused += 1
             raise PublishError(f"messaging {self._name}: publish to {topic!r} failed: {rc}")
 
     def subscribe(self, topic_filters: Sequence[str], qos: QoS) -> None:
@@ -203,9 +211,9 @@ class MqttTransport:
         with self._lock:
             for topic_filter in topic_filters:
                 self._filters[topic_filter] = qos
-            connected = self._connected
-        if connected and topic_filters:
-            client.subscribe([(f, int(qos)) for f in topic_filters])
+            # Sent under the lock: the SUBACK handler waits for the packet id to be recorded.
+            if self._connected and topic_filters:
+                self._send_subscribe(client, [(f, qos) for f in topic_filters])
 
     def unsubscribe(self, topic_filters: Sequence[str]) -> None:
         """Forgets the filters and unsubscribes the known ones, in one UNSUBSCRIBE, if
@@ -213,6 +221,7 @@ class MqttTransport:
         client = self._require_client()
         with self._lock:
             known = [f for f in topic_filters if self._filters.pop(f, None) is not None]
+            self._acknowledged.difference_update(known)
             connected = self._connected
         if known and connected:
             client.unsubscribe(known)
@@ -220,6 +229,21 @@ class MqttTransport:
     def is_connected(self) -> bool:
         """Whether the broker accepted our CONNECT and the link has not dropped since."""
         return self._connected
+
+    def acknowledged(self, topic_filters: Sequence[str]) -> bool:
+        """Whether the broker acknowledged (SUBACK) every one of the filters since the link
+        last connected."""
+        with self._lock:
+            return self._connected and self._acknowledged.issuperset(topic_filters)
+
+    def publish_backlog(self) -> int:
+        """QoS 1/2 publishes the broker has not acknowledged yet, queued ones included."""
+        client = self._client
+        return 0 if client is None else _unacknowledged(client)
+
+    def publish_failures(self) -> int:
+        """Publishes lost so far: QoS 0 ones dropped while down, and refused ones."""
+        return self._dropped_qos0 + self._refused
 
     @property
     def filters(self) -> dict[str, QoS]:
@@ -268,10 +292,14 @@ class MqttTransport:
         with self._lock:
             self._connected = True
             self._attempt = 0
+            # Acknowledgements of the last connection do not carry over, even when the
+            # broker kept the session: readiness waits for this connection's SUBACK.
+            self._acknowledged.clear()
+            self._awaiting_suback.clear()
             filters = list(self._filters.items())
+            if filters:
+                self._send_subscribe(client, filters)
         client.reconnect_delay_set(BACKOFF_BASE_SECS, BACKOFF_MAX_SECS)  # type: ignore[arg-type]
-        if filters:
-            client.subscribe([(f, int(q)) for f, q in filters])
         _log.info(
             "messaging %s: connected (session present: %s, %d filters restored)",
             self._name,
@@ -286,6 +314,8 @@ class MqttTransport:
     ) -> None:
         with self._lock:
             was_connected, self._connected = self._connected, False
+            self._acknowledged.clear()
+            self._awaiting_suback.clear()
         if self._closed:
             return
         delay = self._next_backoff(client)
@@ -313,6 +343,34 @@ class MqttTransport:
         # paho waits its minimum delay before the next attempt; we set it per attempt.
         client.reconnect_delay_set(delay, BACKOFF_MAX_SECS)  # type: ignore[arg-type]
         return delay
+
+    def _send_subscribe(self, client: paho.Client, filters: Sequence[tuple[str, QoS]]) -> None:
+        # Called with the lock held.
+        rc, mid = client.subscribe([(f, int(q)) for f, q in filters])
+        if rc == MQTTErrorCode.MQTT_ERR_SUCCESS and mid is not None:
+            self._awaiting_suback[mid] = [f for f, _ in filters]
+        # Otherwise the link is going down; the next connect subscribes them again.
+
+    def _handle_suback(
+        self, _c: paho.Client, _u: Any, mid: int, reason_codes: Sequence[Any], _p: Any
+    ) -> None:
+        with self._lock:
+            filters = self._awaiting_suback.pop(mid, None)
+            if filters is None:
+                return
+            refused = []
+            # A short SUBACK leaves the filters it does not mention unacknowledged.
+            for topic_filter, reason in zip(filters, reason_codes, strict=False):
+                if reason.is_failure:
+                    refused.append(topic_filter)
+                elif topic_filter in self._filters:
+                    self._acknowledged.add(topic_filter)
+        if refused:
+            _log.error(
+                "messaging %s: the broker refused the subscription to %s",
+                self._name,
+                ", ".join(repr(f) for f in refused),
+            )
 
     def _handle_message(self, _c: paho.Client, _u: Any, message: paho.MQTTMessage) -> None:
         if self._on_message is not None:

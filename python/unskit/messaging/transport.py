@@ -55,6 +55,19 @@ class Transport(Protocol):
         """Whether the link is up now."""
         ...
 
+    def acknowledged(self, topic_filters: Sequence[str]) -> bool:
+        """Whether the broker confirmed (MQTT: SUBACK) every one of the filters since the
+        link last came up; a transport without acknowledgements answers for its link."""
+        ...
+
+    def publish_backlog(self) -> int:
+        """Publishes (QoS 1/2) sent or queued but not yet acknowledged by the broker."""
+        ...
+
+    def publish_failures(self) -> int:
+        """Publishes lost since start: dropped while down (QoS 0) or refused."""
+        ...
+
     def close(self, timeout: float) -> None:
         """Waits up to `timeout` seconds for unacknowledged publishes, then disconnects."""
         ...

@@ -35,6 +35,7 @@ from unskit.runtime.events import Events
 from unskit.runtime.health import HealthServer, ReadinessState
 from unskit.runtime.logging_config import configure_logging
 from unskit.runtime.metrics import MetricsRegistry, MetricsReporter, create_emitter
+from unskit.runtime.publish_watch import PublishWatch
 from unskit.runtime.shutdown import ShutdownCoordinator
 
 __all__ = [
@@ -114,7 +115,11 @@ class Runtime:
         self._app: ComponentApp | None = None
         self._loader: ConfigLoader | None = None
         self._inbox: CommandInbox | None = None
+        # Set once start-up has ended: the component subscribed and held messages went out.
+        self._serving = False
         self.events: Events | None = None
+        #: Raises and clears message-publish-degraded; None until started.
+        self.publish_watch: PublishWatch | None = None
 
     # -- the runtime accessors of the specification -------------------------------------
 
@@ -147,6 +152,7 @@ class Runtime:
                 max_queued=commands.max_queued,
                 cursor_ttl_seconds=commands.cursor_ttl_seconds,
                 on_outcome=self._count_command,
+                deadline_seconds=self.config.messaging.request_timeout_seconds,
             )
         return self._inbox
 
@@ -229,12 +235,14 @@ class Runtime:
         )
         messaging_config = self._start_embedded_broker(config.messaging)
         secrets = config.secrets() if config.credentials is not None else None
+        # Held until the component has subscribed: a resumed session delivers what waited
+        # on the broker (requests sent while we were down) right after CONNACK.
         self._messaging = MessagingClient(
             messaging_config, secrets=secrets, on_reply_refused=self._count_refused_reply
-        ).start()
+        ).start(hold=True)
 
         if config.health.enabled_for(config.platform):
-            self.readiness = ReadinessState(self._messaging.connected)
+            self.readiness = ReadinessState(self._answers)
             self.health = HealthServer(config.health, self.readiness)
         coordinator = ShutdownCoordinator(self.readiness, self.health)
         self._coordinator = coordinator
@@ -245,6 +253,7 @@ class Runtime:
         coordinator.add_drain_step(config.component_token, lambda: self._drain_app(app))
         coordinator.add_drain_step("held commands", self._close_commands)
         coordinator.add_drain_step("heartbeat", self._stop_heartbeat)
+        coordinator.add_drain_step("publish watch", self._stop_publish_watch)
         coordinator.add_drain_step("metrics", self._stop_metrics)
         coordinator.add_drain_step("messaging", lambda: self.get_messaging().close(DRAIN_TIMEOUT_S))
         if self.embedded_broker is not None:
@@ -263,6 +272,8 @@ class Runtime:
             else None
         )
         self.events = Events(self._messaging, self.topics, stamp=config)
+        links = ("local", "northbound") if messaging_config.northbound is not None else ("local",)
+        self.publish_watch = PublishWatch(self._messaging, self.events, links).start()
         emission = config.metric_emission
         if emission.enabled:
             emitter = create_emitter(
@@ -283,7 +294,20 @@ class Runtime:
         if self._inbox is not None:
             self._inbox.register(self._reload_verb(app))
             self._inbox.start()
+        self._messaging.release()
+        self._serving = True
         return self
+
+    def _answers(self) -> bool:
+        """Readiness's connectivity check: start-up has ended, the local link is up and the
+        broker acknowledged every subscription (the command inbox's among them)."""
+        messaging = self._messaging
+        return (
+            self._serving
+            and messaging is not None
+            and messaging.connected()
+            and messaging.subscriptions_acknowledged()
+        )
 
     def _reload_verb(self, app: ComponentApp | None) -> Verb:
         reason = None
@@ -323,6 +347,10 @@ class Runtime:
     def _drain_app(self, app: ComponentApp | None) -> None:
         if app is not None and self._app_started:
             app.drain()
+
+    def _stop_publish_watch(self) -> None:
+        if self.publish_watch is not None:
+            self.publish_watch.stop(DRAIN_TIMEOUT_S)
 
     def _stop_metrics(self) -> None:
         if self._reporter is not None:

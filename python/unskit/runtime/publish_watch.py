@@ -1,0 +1,116 @@
+"""The ``message-publish-degraded`` alarm: raised while a broker link loses publishes or
+holds more unacknowledged ones than a healthy link does, cleared once publishing recovered.
+
+Every `CHECK_INTERVAL_S` the watch reads each link's `PublishStatus`. A link is degraded
+when more than `BACKLOG_DEGRADED` QoS 1/2 publishes wait for the broker's acknowledgement
+(queued while the link is down, or stuck behind a stalled broker), or when it lost a publish
+since the previous check (QoS 0 while down, or refused by a full queue). The alarm clears
+at the first check that finds every link up, at most `BACKLOG_RECOVERED` unacknowledged and
+nothing lost: an outage keeps it raised, however quiet.
+
+The alarm is a component-scope warning on ``.../evt/warning/message-publish-degraded``,
+published through `Events` (a raise made while the local link is down waits in the
+client's queue with the rest) and logged at once, since a subscriber sees it only later.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from unskit.errors import UnskitError
+from unskit.messaging.client import MessagingClient, PublishStatus
+from unskit.runtime.events import Events, Severity
+
+__all__ = [
+    "BACKLOG_DEGRADED",
+    "BACKLOG_RECOVERED",
+    "CHECK_INTERVAL_S",
+    "PUBLISH_DEGRADED",
+    "PublishWatch",
+]
+
+_log = logging.getLogger(__name__)
+
+PUBLISH_DEGRADED = "message-publish-degraded"
+#: Half the client's queue bound (10,000, beyond which publishes are refused), and well
+#: above the 1,000 a fast healthy link keeps in flight.
+BACKLOG_DEGRADED = 5_000
+#: The in-flight window: at or below it nothing waits behind the broker.
+BACKLOG_RECOVERED = 1_000
+CHECK_INTERVAL_S = 1.0
+
+
+class PublishWatch:
+    """Checks the links' publishing every interval and raises or clears the alarm."""
+
+    def __init__(
+        self,
+        messaging: MessagingClient,
+        events: Events,
+        links: Sequence[str] = ("local",),
+        *,
+        interval_s: float = CHECK_INTERVAL_S,
+    ) -> None:
+        self._messaging = messaging
+        self._events = events
+        self._links = tuple(links)
+        self._interval_s = interval_s
+        # Losses counted before the watch started are not its to report.
+        self._failures = {name: self._status(name).failures for name in self._links}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: Checks completed so far (a test waits on it rather than on the clock).
+        self.checks = 0
+
+    def start(self) -> PublishWatch:
+        """Starts the checks on a daemon thread."""
+        self._thread = threading.Thread(target=self._run, name="unskit-publish-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stops checking; the alarm stays as it is."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                self._check()
+            except Exception:  # the watch must outlive a bug in one check
+                _log.exception("publish watch: check failed")
+
+    def _status(self, name: str) -> PublishStatus:
+        return self._messaging.publish_status(northbound=name == "northbound")
+
+    def _check(self) -> None:
+        report: dict[str, dict[str, Any]] = {}
+        degraded = False
+        recovered = True
+        for name in self._links:
+            status = self._status(name)
+            lost = status.failures - self._failures[name]
+            self._failures[name] = status.failures
+            report[name] = {"connected": status.connected, "backlog": status.backlog, "lost": lost}
+            degraded = degraded or status.backlog > BACKLOG_DEGRADED or lost > 0
+            recovered = recovered and (
+                status.connected and status.backlog <= BACKLOG_RECOVERED and lost == 0
+            )
+        raised = self._events.is_raised(PUBLISH_DEGRADED)
+        context = {"links": report}
+        try:
+            if degraded and not raised:
+                _log.warning("publishing degraded (%s): raising %s", report, PUBLISH_DEGRADED)
+                self._events.raise_alarm(PUBLISH_DEGRADED, context, severity=Severity.WARNING)
+            elif raised and recovered:
+                _log.info("publishing recovered (%s): clearing %s", report, PUBLISH_DEGRADED)
+                self._events.clear_alarm(PUBLISH_DEGRADED, context)
+        except UnskitError as error:
+            # A refused raise is rolled back and a refused clear keeps the alarm raised:
+            # the next check tries again.
+            _log.warning("publish watch: %s not published: %s", PUBLISH_DEGRADED, error)
+        self.checks += 1
