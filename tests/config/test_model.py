@@ -322,10 +322,10 @@ def test_embedded_broker() -> None:
     assert local.messaging.local.port == 1883
 
 
-def test_edge_runtime_without_local_broker_uses_ipc() -> None:
-    config = _config(patched({"messaging": DELETE}), Platform.EDGE_RUNTIME)
-    assert config.messaging.local is None
-    assert config.messaging.ipc is True
+def test_edge_runtime_without_local_broker_is_refused() -> None:
+    with pytest.raises(ConfigError) as refused:
+        _config(patched({"messaging": DELETE}), Platform.EDGE_RUNTIME)
+    assert [i.path for i in refused.value.issues] == ["$.messaging.local"]
 
 
 def test_metric_emission_reads_every_target_option() -> None:
