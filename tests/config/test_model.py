@@ -76,6 +76,8 @@ def test_minimal_document_gets_every_default() -> None:
         5,
     )
     assert config.logging.global_control is False
+    assert config.logging.library_level is None
+    assert config.logging.effective_library_level == "WARNING"
     assert config.logging == LoggingConfig()
     health = config.health
     assert (health.enabled, health.enabled_explicitly_set, health.port) == (None, False, 8081)
@@ -197,6 +199,19 @@ def test_health_keys_are_read() -> None:
         "/r",
         "/s",
     )
+
+
+@pytest.mark.parametrize(
+    ("section", "effective"),
+    [
+        ({"libraryLevel": "info"}, "INFO"),
+        ({"libraryLevel": "DEBUG", "level": "ERROR"}, "DEBUG"),
+        ({"level": "ERROR"}, "ERROR"),
+        ({"level": "DEBUG"}, "WARNING"),
+    ],
+)
+def test_logging_library_level(section: dict, effective: str) -> None:
+    assert _config(patched({"logging": section})).logging.effective_library_level == effective
 
 
 @pytest.mark.parametrize(

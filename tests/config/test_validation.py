@@ -399,6 +399,13 @@ BAD: list[tuple[str, Any, Platform, str, tuple[str, ...]]] = [
         ("log level",),
     ),
     (
+        "library-level-unknown",
+        patched({"logging": {"libraryLevel": "QUIET"}}),
+        Platform.HOST,
+        "$.logging.libraryLevel",
+        ("log level",),
+    ),
+    (
         "file-logging-needs-path",
         patched({"logging": {"fileLogging": {"enabled": True}}}),
         Platform.HOST,
