@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,12 @@ from unskit.demo.supervisor import add_demo_parser
 from unskit.egress.cli import add_egress_parser
 from unskit.errors import ConfigError, ConfigIssue, SecretError
 from unskit.messaging.tools import add_tool_parsers
-from unskit.runtime.component import ComponentApp, load_component, run_component
+from unskit.runtime.component import (
+    COMPONENT_ENTRY_POINTS,
+    ComponentApp,
+    load_component,
+    run_component,
+)
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -34,15 +40,14 @@ EXIT_CONFIG = 2
 
 def _validate(args: argparse.Namespace) -> int:
     try:
-        component_schema = _component_schema(args)
         loader = ConfigLoader(
             args.config,
             thing=args.thing,
             platform=args.platform,
-            component_schema=component_schema,
             default_component=args.component,
         )
         document = loader.read()
+        app_class, component_schema, checked = _component_of(args, document, loader)
         component = document.get("component")
         token = component.get("token") if isinstance(component, Mapping) else None
         if loader.thing is not None and (token is not None or args.component is not None):
@@ -54,7 +59,7 @@ def _validate(args: argparse.Namespace) -> int:
                 default_component=args.component,
                 source=loader.source.location,
             )
-            check = getattr(_component_class(args), "configuration_issues", None)
+            check = getattr(app_class, "configuration_issues", None)
             if check is not None and (issues := check(config)):
                 raise ConfigError(issues, source=loader.source.location)
             detail = f"identity {config.identity.hier} = {config.identity.path}, "
@@ -70,26 +75,51 @@ def _validate(args: argparse.Namespace) -> int:
             detail = "identity not built: it needs a thing name and a component token"
     except ConfigError as exc:
         return _report(exc)
-    print(f"OK: {loader.source.location} is valid on {loader.platform.value} ({detail})")
+    location = loader.source.location
+    print(f"OK: {location} is valid on {loader.platform.value} ({detail}; {checked})")
     return EXIT_OK
 
 
-def _component_schema(args: argparse.Namespace) -> Mapping[str, Any] | None:
-    """--schema FILE, else the schema of the installed component named by --component."""
+def _component_of(
+    args: argparse.Namespace, document: Mapping[str, Any], loader: ConfigLoader
+) -> tuple[type[ComponentApp] | None, Mapping[str, Any] | None, str]:
+    """(installed component class, schema of $.component, what checked $.component).
+
+    `--schema FILE` wins; else the installed component named by `--component`, else the one
+    the document's ``component.token`` names. ConfigError when none is known: $.component
+    would go unchecked, and OK means the whole document was checked.
+    """
+    component = document.get("component")
+    token = component.get("token") if isinstance(component, Mapping) else None
+    option = "--component" if args.component else "$.component.token"
+    name = args.component or token
+    app_class: type[ComponentApp] | None = None
+    unknown = ""
+    if isinstance(name, str):
+        try:
+            app_class = load_component(name)
+        except ConfigError as exc:
+            unknown = exc.issues[0].message
     if args.schema:
-        return _read_schema(args.schema)
-    app_class = _component_class(args)
-    return None if app_class is None else app_class.schema
+        return app_class, _read_schema(args.schema), f"$.component checked by {args.schema}"
+    if app_class is not None:
+        return app_class, app_class.schema, f"$.component checked as {name} ({option})"
+    if unknown:
+        issue = ConfigIssue(option, f"{unknown}; give its schema with --schema FILE")
+    else:
+        issue = ConfigIssue(
+            "--component",
+            "is required: $.component is checked by its component's schema, so name the "
+            f"component ({_installed()}) with --component NAME or in $.component.token, or "
+            "give its schema with --schema FILE",
+        )
+    raise ConfigError([issue], source=loader.source.location)
 
 
-def _component_class(args: argparse.Namespace) -> type[ComponentApp] | None:
-    """The installed component named by --component, if there is one."""
-    if args.component is None:
-        return None
-    try:
-        return load_component(args.component)
-    except ConfigError:
-        return None  # not an installed component: only its token is known
+def _installed() -> str:
+    """The installed component names, for a message."""
+    names = sorted(e.name for e in entry_points(group=COMPONENT_ENTRY_POINTS))
+    return "installed: " + ", ".join(names)
 
 
 def _read_schema(path: str) -> dict[str, Any]:
@@ -249,9 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_config_arguments(validate)
     validate.add_argument(
         "--component",
-        metavar="TOKEN",
-        help="the component's token; an installed component's own schema then checks "
-        "$.component too",
+        metavar="NAME",
+        help="the installed component whose schema checks $.component (default: the one "
+        "$.component.token names); without one, or --schema, validate refuses (exit 2)",
     )
     validate.add_argument(
         "--schema", metavar="FILE", help="the component's JSON Schema for $.component"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 THING = "gw-01"
@@ -17,6 +18,9 @@ BASE: dict[str, Any] = {
 }
 
 DELETE = object()
+
+#: `unskit validate --schema` for TOKEN, which is no installed component: any object.
+ANY_COMPONENT_SCHEMA = str(Path(__file__).with_name("any-component.schema.json"))
 
 
 def base_document() -> dict[str, Any]:

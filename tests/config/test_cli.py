@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from .documents import DELETE, THING, base_document, patched
+from tests.support.mosquitto import Mosquitto
+
+from .documents import ANY_COMPONENT_SCHEMA, DELETE, THING, base_document, patched
+
+# Every test here runs the CLI as a process.
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
 
 SECRET_VALUE = "cli-s3cret-do-not-print"
 
@@ -36,32 +44,33 @@ def run(
     )
 
 
-@pytest.mark.integration
+def validate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`unskit validate` of a TOKEN document: its component section is any object."""
+    return run("validate", *args, "--schema", ANY_COMPONENT_SCHEMA, env=env)
+
+
 def test_validate_valid_document_exits_0(write_json: Callable[..., Path]) -> None:
     path = write_json(base_document())
-    result = run("validate", "-c", str(path))
+    result = validate("-c", str(path))
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"OK: {path} is valid on HOST")
     assert result.stderr == ""
 
 
-@pytest.mark.integration
 def test_validate_with_thing_shows_identity(write_json: Callable[..., Path]) -> None:
     path = write_json(base_document())
-    result = run("validate", "-c", str(path), "-t", THING)
+    result = validate("-c", str(path), "-t", THING)
     assert result.returncode == 0, result.stderr
     assert f"identity site/line/device = plant-1/line-4/{THING}" in result.stdout
 
 
-@pytest.mark.integration
 def test_validate_thing_from_environment(write_json: Callable[..., Path]) -> None:
     path = write_json(base_document())
-    result = run("validate", "-c", str(path), env={"AWS_IOT_THING_NAME": "gg-thing"})
+    result = validate("-c", str(path), env={"AWS_IOT_THING_NAME": "gg-thing"})
     assert result.returncode == 0, result.stderr
     assert "plant-1/line-4/gg-thing" in result.stdout
 
 
-@pytest.mark.integration
 def test_validate_prints_every_error_with_its_path_and_exits_2(
     write_json: Callable[..., Path],
 ) -> None:
@@ -73,7 +82,7 @@ def test_validate_prints_every_error_with_its_path_and_exits_2(
         }
     )
     path = write_json(document)
-    result = run("validate", "-c", str(path), "-t", THING)
+    result = validate("-c", str(path), "-t", THING)
     assert result.returncode == 2
     assert result.stdout == ""
     lines = result.stderr.splitlines()
@@ -87,64 +96,137 @@ def test_validate_prints_every_error_with_its_path_and_exits_2(
     ]
 
 
-@pytest.mark.integration
 def test_validate_missing_local_broker_names_both_ways_out(
     write_json: Callable[..., Path],
 ) -> None:
     path = write_json(patched({"messaging": DELETE}))
-    result = run("validate", "-c", str(path))
+    result = validate("-c", str(path))
     assert result.returncode == 2
     assert "$.messaging.local: is required" in result.stderr
     assert '"host": "embedded"' in result.stderr
     assert '"port"' in result.stderr
 
 
-@pytest.mark.integration
 def test_validate_malformed_json_exits_2(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text('{"component": {}, }')
-    result = run("validate", "-c", str(path))
+    result = validate("-c", str(path))
     assert result.returncode == 2
     assert "$: malformed JSON at line 1" in result.stderr
 
 
-@pytest.mark.integration
 def test_validate_missing_file_exits_2(tmp_path: Path) -> None:
-    result = run("validate", "-c", str(tmp_path / "absent.json"))
+    result = validate("-c", str(tmp_path / "absent.json"))
     assert result.returncode == 2
     assert "does not exist" in result.stderr
 
 
-@pytest.mark.integration
 def test_validate_unknown_platform_exits_2(write_json: Callable[..., Path]) -> None:
-    result = run("validate", "-c", str(write_json(base_document())), "--platform", "MAINFRAME")
+    result = validate("-c", str(write_json(base_document())), "--platform", "MAINFRAME")
     assert result.returncode == 2
     assert "--platform" in result.stderr
 
 
-@pytest.mark.integration
 def test_validate_bad_thing_name_exits_2(write_json: Callable[..., Path]) -> None:
-    result = run("validate", "-c", str(write_json(base_document())), "-t", "a/b")
+    result = validate("-c", str(write_json(base_document())), "-t", "a/b")
     assert result.returncode == 2
     assert "-t/--thing: must be one non-empty topic level" in result.stderr
 
 
-@pytest.mark.integration
 def test_validate_cluster_mounted_directory(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(base_document()))
-    result = run("validate", "-c", str(tmp_path), "--platform", "CLUSTER", "-t", THING)
+    result = validate("-c", str(tmp_path), "--platform", "CLUSTER", "-t", THING)
     assert result.returncode == 0, result.stderr
     assert "valid on CLUSTER" in result.stdout
 
 
-@pytest.mark.integration
 def test_validate_edge_runtime_without_local_broker(write_json: Callable[..., Path]) -> None:
     path = write_json(patched({"messaging": DELETE}))
-    result = run("validate", "-c", str(path), "--platform", "EDGE_RUNTIME")
+    result = validate("-c", str(path), "--platform", "EDGE_RUNTIME")
+    assert result.returncode == 2
+    assert "$.messaging.local: is required" in result.stderr
+    assert "no edge-runtime IPC transport" in result.stderr
+
+
+def test_run_on_edge_runtime_without_local_broker_exits_2(write_json: Callable[..., Path]) -> None:
+    # It used to validate, then fail at start.
+    path = write_json({"component": {}, "messaging": {}})
+    result = run("run", "echo", "-c", str(path), "-t", THING, "--platform", "EDGE_RUNTIME")
+    assert result.returncode == 2, result.stderr
+    assert "$.messaging.local: is required" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_validate_refuses_to_leave_the_component_section_unchecked(
+    write_json: Callable[..., Path],
+) -> None:
+    no_token = write_json(patched({"component": {"token": DELETE}}), "no-token.json")
+    result = run("validate", "-c", str(no_token), "-t", THING)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "--component: is required" in result.stderr
+    assert "installed: camera-adapter, echo, ethernet-ip-adapter, file-egress" in result.stderr
+
+    # TOKEN names no installed component: its schema must be given.
+    not_installed = write_json(base_document(), "not-installed.json")
+    result = run("validate", "-c", str(not_installed), "-t", THING)
+    assert result.returncode == 2
+    assert "$.component.token: unknown component 'test-component'" in result.stderr
+    assert "--schema FILE" in result.stderr
+    result = run("validate", "-c", str(not_installed), "--component", "nope")
+    assert result.returncode == 2
+    assert "--component: unknown component 'nope'" in result.stderr
+
+
+def test_validate_infers_the_component_from_its_token(write_json: Callable[..., Path]) -> None:
+    echo = {"component": {"token": "echo"}, "messaging": {"local": {"host": "embedded"}}}
+    result = run("validate", "-c", str(write_json(echo)), "-t", THING)
     assert result.returncode == 0, result.stderr
+    assert "$.component checked as echo ($.component.token)" in result.stdout
+    # The inferred component's schema really checks the section.
+    echo["component"]["colour"] = "red"
+    result = run("validate", "-c", str(write_json(echo)), "-t", THING)
+    assert result.returncode == 2
+    assert "$.component.colour: unknown key" in result.stderr
 
 
-@pytest.mark.integration
+def test_call_with_the_embedded_host_of_the_examples_says_where_that_broker_is() -> None:
+    args = ("-c", str(EXAMPLES / "echo.json"), "-t", THING, "--component", "echo")
+    for extra in ((), ("--broker", "embedded")):
+        result = run("call", "echo", "{}", *args, *extra, "--connect-timeout", "30")
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert '$.messaging.local.host: is "embedded"' in result.stderr
+        assert "`unskit run` or `unskit demo`" in result.stderr
+        assert "--broker HOST:PORT" in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_call_reaches_an_example_component_with_broker(broker: Mosquitto, tmp_path: Path) -> None:
+    address = f"127.0.0.1:{broker.plain_port}"
+    config = ("-c", str(EXAMPLES / "echo.json"), "-t", THING, "--broker", address)
+    # The component runs the example with a probe port of its own: 8081 may be taken.
+    document = json.loads((EXAMPLES / "echo.json").read_text())
+    document["health"]["port"] = 0
+    (tmp_path / "echo.json").write_text(json.dumps(document))
+    command = [sys.executable, "-m", "unskit.cli", "run", "echo", "-c", str(tmp_path / "echo.json")]
+    command += ["-t", THING, "--broker", address]
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True) as echo:
+        try:
+            assert echo.stderr is not None
+            for line in echo.stderr:
+                if "echo running" in line:
+                    break
+            else:
+                raise AssertionError("echo did not start")
+            body = json.dumps({"hello": "world"})
+            result = run("call", "echo", body, *config, "--component", "echo", "--timeout", "20")
+            assert result.returncode == 0, result.stderr
+            assert json.loads(result.stdout) == {"hello": "world"}
+        finally:
+            echo.terminate()
+            echo.wait(30)
+
+
 def test_validate_with_component_schema(write_json: Callable[..., Path], tmp_path: Path) -> None:
     schema = tmp_path / "component.schema.json"
     schema.write_text(json.dumps({"type": "object", "required": ["global"]}))
@@ -154,14 +236,12 @@ def test_validate_with_component_schema(write_json: Callable[..., Path], tmp_pat
     assert "$.component.global: is required" in result.stderr
 
 
-@pytest.mark.integration
 def test_validate_unknown_option_is_a_usage_error() -> None:
     result = run("validate", "--bogus")
     assert result.returncode == 2
     assert "usage:" in result.stderr
 
 
-@pytest.mark.integration
 def test_demo_is_a_command() -> None:
     # The demo itself runs in tests/demo; without --duration it would run until Ctrl-C.
     result = run("demo", "--help")

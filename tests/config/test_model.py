@@ -76,6 +76,8 @@ def test_minimal_document_gets_every_default() -> None:
         5,
     )
     assert config.logging.global_control is False
+    assert config.logging.library_level is None
+    assert config.logging.effective_library_level == "WARNING"
     assert config.logging == LoggingConfig()
     health = config.health
     assert (health.enabled, health.enabled_explicitly_set, health.port) == (None, False, 8081)
@@ -197,6 +199,19 @@ def test_health_keys_are_read() -> None:
         "/r",
         "/s",
     )
+
+
+@pytest.mark.parametrize(
+    ("section", "effective"),
+    [
+        ({"libraryLevel": "info"}, "INFO"),
+        ({"libraryLevel": "DEBUG", "level": "ERROR"}, "DEBUG"),
+        ({"level": "ERROR"}, "ERROR"),
+        ({"level": "DEBUG"}, "WARNING"),
+    ],
+)
+def test_logging_library_level(section: dict, effective: str) -> None:
+    assert _config(patched({"logging": section})).logging.effective_library_level == effective
 
 
 @pytest.mark.parametrize(
@@ -322,10 +337,10 @@ def test_embedded_broker() -> None:
     assert local.messaging.local.port == 1883
 
 
-def test_edge_runtime_without_local_broker_uses_ipc() -> None:
-    config = _config(patched({"messaging": DELETE}), Platform.EDGE_RUNTIME)
-    assert config.messaging.local is None
-    assert config.messaging.ipc is True
+def test_edge_runtime_without_local_broker_is_refused() -> None:
+    with pytest.raises(ConfigError) as refused:
+        _config(patched({"messaging": DELETE}), Platform.EDGE_RUNTIME)
+    assert [i.path for i in refused.value.issues] == ["$.messaging.local"]
 
 
 def test_metric_emission_reads_every_target_option() -> None:

@@ -28,7 +28,9 @@ from unskit.config import (
 from unskit.config.secrets import is_sensitive_key
 from unskit.errors import ConfigError, SecretError
 
-from .documents import THING, TOKEN, patched
+from .documents import ANY_COMPONENT_SCHEMA, THING, TOKEN, patched
+
+ANY = ("--schema", ANY_COMPONENT_SCHEMA)
 
 VAULT_SECRET = "vault-held-s3cr3t-value"
 INLINE_SECRET = "inline-pl4intext-password"
@@ -219,7 +221,7 @@ def test_secrets_never_reach_logs_output_or_reprs(
         resolved = config.secrets().resolve(SecretRef("broker", "password"))
         logging.getLogger("test").info("resolved %s, config %r", resolved, config)
         print(config.describe(), config.redacted(), repr(config), config.messaging, resolved)
-        assert cli.main(["validate", "-c", str(vault_setup["config"]), "-t", THING]) == 0
+        assert cli.main(["validate", "-c", str(vault_setup["config"]), "-t", THING, *ANY]) == 0
     out = capsys.readouterr()
     assert "configuration loaded" in caplog.text  # the configuration was logged ...
     assert '"password": "***"' in caplog.text  # ... with its secrets masked
@@ -257,7 +259,7 @@ def test_validation_errors_never_echo_values(
     assert "hunter2" not in text
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(document))
-    assert cli.main(["validate", "-c", str(path)]) == 2
+    assert cli.main(["validate", "-c", str(path), *ANY]) == 2
     out = capsys.readouterr()
     assert "hunter2" not in out.err + out.out
     assert "987654321" not in out.err + out.out

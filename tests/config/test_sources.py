@@ -217,13 +217,21 @@ class MemoryProvider:
 
 
 def test_edge_runtime_reads_through_the_provider_seam() -> None:
-    provider = MemoryProvider(patched({"messaging": DELETE}))
+    provider = MemoryProvider(patched({"messaging": {"local": {"host": "broker.edge"}}}))
     config = load_config(thing=THING, platform=Platform.EDGE_RUNTIME, provider=provider)
-    assert config.messaging.ipc is True
+    assert config.messaging.local is not None
+    assert config.messaging.local.host == "broker.edge"
     assert config.source == "memory"
     # The loaded configuration does not follow later changes of the provider's object.
     provider.document["tags"]["owner"] = "changed"
     assert config.tags["owner"] == "ops"
+
+
+def test_edge_runtime_without_a_local_broker_is_refused_at_load() -> None:
+    provider = MemoryProvider(patched({"messaging": DELETE}))
+    with pytest.raises(ConfigError) as refused:
+        load_config(thing=THING, platform=Platform.EDGE_RUNTIME, provider=provider)
+    assert [i.path for i in refused.value.issues] == ["$.messaging.local"]
 
 
 def test_edge_runtime_updates_are_validated_and_applied() -> None:

@@ -399,6 +399,13 @@ BAD: list[tuple[str, Any, Platform, str, tuple[str, ...]]] = [
         ("log level",),
     ),
     (
+        "library-level-unknown",
+        patched({"logging": {"libraryLevel": "QUIET"}}),
+        Platform.HOST,
+        "$.logging.libraryLevel",
+        ("log level",),
+    ),
+    (
         "file-logging-needs-path",
         patched({"logging": {"fileLogging": {"enabled": True}}}),
         Platform.HOST,
@@ -544,12 +551,13 @@ def test_embedded_host_may_ask_for_any_free_port() -> None:
     assert validate_document(document) == []
 
 
-def test_edge_runtime_needs_no_local_broker() -> None:
-    document = patched({"messaging": DELETE})
-    assert validate_document(document, platform=Platform.EDGE_RUNTIME) == []
-    assert [i.path for i in validate_document(document, platform=Platform.HOST)] == [
-        "$.messaging.local"
-    ]
+@pytest.mark.parametrize("platform", list(Platform))
+def test_every_platform_needs_a_local_broker(platform: Platform) -> None:
+    # EDGE_RUNTIME too: there is no IPC transport to fall back to, so the document is
+    # refused here instead of failing when the component starts.
+    issues = validate_document(patched({"messaging": DELETE}), platform=platform)
+    assert [i.path for i in issues] == ["$.messaging.local"]
+    assert ("IPC" in issues[0].message) is (platform is Platform.EDGE_RUNTIME)
 
 
 def test_type_key_of_local_broker_is_accepted() -> None:

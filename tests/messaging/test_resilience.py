@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 
 import pytest
 
@@ -18,10 +17,9 @@ from tests.support.mosquitto import Mosquitto
 from tests.support.servers import wait_until
 from unskit import Message
 from unskit.config.model import MessagingConfig
-from unskit.errors import UnsupportedQosError
 from unskit.messaging import MessagingClient, QoS
+from unskit.messaging.mqtt import MqttTransport
 from unskit.messaging.requests import REPLY_BATCH
-from unskit.messaging.transport import LinkCallback, MessageCallback
 from unskit.runtime.health import ReadinessState
 
 
@@ -143,56 +141,22 @@ def test_max_concurrency_bounds_concurrent_handler_calls(
     release.set()
 
 
-class FakeIpc:
-    """An edge-runtime IPC transport stand-in behind the seam: QoS 0 and 1 only."""
-
-    name = "ipc"
-
-    def __init__(self) -> None:
-        self.published: list[tuple[str, bytes, QoS]] = []
-        self.on_message: MessageCallback | None = None
-
-    def start(self, on_message: MessageCallback, on_link: LinkCallback) -> None:
-        self.on_message = on_message
-        on_link(True)
-
-    def _check(self, qos: QoS) -> None:
-        if qos > QoS.AT_LEAST_ONCE:
-            raise UnsupportedQosError(f"the IPC bus carries QoS 0 and 1, not {int(qos)}")
-
-    def publish(self, topic: str, payload: bytes, qos: QoS) -> None:
-        self._check(qos)
-        self.published.append((topic, payload, qos))
-        if self.on_message is not None:
-            self.on_message(topic, payload)
-
-    def subscribe(self, topic_filters: Sequence[str], qos: QoS) -> None:
-        self._check(qos)
-
-    def unsubscribe(self, topic_filters: Sequence[str]) -> None:
-        pass
-
-    def is_connected(self) -> bool:
-        return True
-
-    def close(self, timeout: float) -> None:
-        pass
-
-
-def test_the_transport_seam_takes_an_ipc_provider_and_qos_2_fails_at_its_boundary():
-    ipc = FakeIpc()
-    client = MessagingClient(MessagingConfig(local=None), local=ipc).start()
+def test_a_transport_handed_to_the_client_carries_its_traffic(broker, topic_root):
+    # No IPC provider ships: an EDGE_RUNTIME document without messaging.local is refused at
+    # validation (tests/config). The seam such a provider would plug into stays, proven with
+    # a real transport (MQTT to Mosquitto) handed in rather than built from configuration.
+    transport = MqttTransport(broker_config(broker.plain_port), persistent_session=False)
+    client = MessagingClient(MessagingConfig(local=None), local=transport).start()
     try:
+        wait_until(client.connected, 10, "the handed-in transport to connect")
         inbox = Inbox()
-        client.subscribe("uns/#", inbox)
-        client.publish("uns/gw/c/data/x", reading(1), QoS.AT_LEAST_ONCE)
+        client.subscribe(f"{topic_root}/#", inbox)
+        inbox.prime(client, f"{topic_root}/probe")
+        client.publish(f"{topic_root}/gw/c/data/x", reading(1), QoS.AT_LEAST_ONCE)
         assert inbox.wait_for(1)[0][1].body == {"value": 1}
-        with pytest.raises(UnsupportedQosError, match="QoS 0 and 1"):
-            client.publish("uns/gw/c/data/x", reading(2), QoS.EXACTLY_ONCE)
-        assert len(ipc.published) == 1
-        assert client.connected()
     finally:
         client.close()
+    assert not transport.is_connected()
 
 
 def test_no_local_broker_and_no_ipc_transport_is_an_error():

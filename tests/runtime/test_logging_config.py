@@ -6,13 +6,16 @@ import json
 import logging
 import logging.handlers
 import re
+import signal
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from unskit.config.model import DEFAULT_PYTHON_FORMAT, LoggingConfig, parse_size
 from unskit.config.platform import Platform
-from unskit.runtime.logging_config import configure_logging
+from unskit.runtime.logging_config import LIBRARY_LOGGERS, configure_logging
 
 DEFAULT_TEXT_LINE = re.compile(
     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \[WARNING\] unskit\.test\.prec: hello"
@@ -33,6 +36,8 @@ def restore_logging():
     for handler in saved_handlers:
         root.addHandler(handler)
     root.setLevel(saved_level)
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET)
 
 
 def json_lines(text: str) -> list[dict]:
@@ -214,6 +219,83 @@ def test_per_logger_levels(capsys):
     assert "other-debug" not in err
 
 
+@pytest.mark.parametrize(
+    ("section", "library", "amqtt"),
+    [
+        pytest.param({}, logging.WARNING, logging.WARNING, id="warning-by-default"),
+        pytest.param({"level": "DEBUG"}, logging.WARNING, logging.WARNING, id="debug-root"),
+        pytest.param({"level": "ERROR"}, logging.ERROR, logging.ERROR, id="never-below-root"),
+        pytest.param({"libraryLevel": "info"}, logging.INFO, logging.INFO, id="configured"),
+        pytest.param(
+            {"level": "ERROR", "libraryLevel": "DEBUG"},
+            logging.DEBUG,
+            logging.DEBUG,
+            id="configured-below-root",
+        ),
+        pytest.param(
+            {"loggers": {"amqtt": "DEBUG"}},
+            logging.WARNING,
+            logging.DEBUG,
+            id="a-named-logger-wins",
+        ),
+    ],
+)
+def test_third_party_loggers_follow_library_level(section, library, amqtt):
+    configure_logging(section)
+    assert logging.getLogger("amqtt").level == amqtt
+    for name in set(LIBRARY_LOGGERS) - {"amqtt"}:
+        assert logging.getLogger(name).level == library, name
+
+
+def test_a_library_info_line_is_not_written_by_default(capsys):
+    configure_logging({"level": "DEBUG"})
+    logging.getLogger("amqtt.broker").info("amqtt-info")
+    logging.getLogger("transitions.core").info("transitions-info")
+    logging.getLogger("botocore.credentials").warning("botocore-warning")
+    logging.getLogger("unskit.test.own").debug("own-debug")
+    err = capsys.readouterr().err
+    assert "amqtt-info" not in err
+    assert "transitions-info" not in err
+    assert "botocore-warning" in err
+    assert "own-debug" in err
+
+
+def test_reconfigure_applies_a_changed_library_level():
+    configure_logging({"libraryLevel": "INFO"})
+    configure_logging({})
+    assert logging.getLogger("pycomm3").level == logging.WARNING
+
+
+@pytest.mark.integration
+def test_the_embedded_broker_is_quiet_in_a_component_log(tmp_path):
+    # `unskit run` with an embedded broker, as examples/echo.json runs: its own INFO lines,
+    # none of amqtt's; libraryLevel INFO brings them back.
+    def run_echo(logging_section):
+        document = {"component": {}, "messaging": {"local": {"host": "embedded", "port": 0}}}
+        document["logging"] = logging_section
+        config = tmp_path / "echo.json"
+        config.write_text(json.dumps(document))
+        command = [sys.executable, "-m", "unskit.cli", "run", "echo", "-c", str(config)]
+        with subprocess.Popen(
+            [*command, "-t", "gw-01"], stderr=subprocess.PIPE, text=True
+        ) as process:
+            assert process.stderr is not None
+            lines = []
+            for line in process.stderr:
+                lines.append(line)
+                if "echo running" in line:
+                    process.send_signal(signal.SIGTERM)
+            assert process.wait(30) == 0, "".join(lines)
+        return "".join(lines)
+
+    quiet = run_echo({"level": "INFO"})
+    assert "[INFO] unskit.runtime.embedded_broker" in quiet
+    assert "amqtt" not in quiet
+    assert "transitions" not in quiet
+    loud = run_echo({"level": "INFO", "libraryLevel": "INFO"})
+    assert "[INFO] amqtt.broker" in loud
+
+
 def test_reconfigure_resets_a_logger_dropped_from_the_map():
     configure_logging({"loggers": {"unskit.test.dropped": "ERROR", "unskit.test.kept": "DEBUG"}})
     configure_logging({"loggers": {"unskit.test.kept": "WARNING"}})
@@ -240,6 +322,7 @@ def test_reconfigure_resets_a_logger_dropped_from_the_map():
         ({"fileLogging": {"enabled": True}}, "logging.fileLogging.filePath"),
         ({"fileLogging": "on"}, "logging.fileLogging"),
         ({"globalControl": "yes"}, "logging.globalControl"),
+        ({"libraryLevel": "QUIET"}, "logging.libraryLevel"),
     ],
 )
 def test_invalid_values_raise_naming_the_key(config, key):

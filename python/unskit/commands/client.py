@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from unskit.commands.codes import failure_code
-from unskit.config.loader import ConfigLoader, add_config_arguments
+from unskit.config.loader import ConfigLoader, add_config_arguments, client_broker
 from unskit.config.model import DEFAULT_TOPIC_ROOT
 from unskit.envelope import Message, MessageBuilder
 from unskit.errors import CommandError, ConfigError, MessagingError, RequestTimeoutError
@@ -140,10 +140,8 @@ def _connect(args: argparse.Namespace) -> CommandClient:
             "component": {**document.get("component", {}), "token": args.component},
         }
     config = loader.resolve(document)
+    local = client_broker(config)
     secrets = config.secrets() if config.credentials is not None else None
-    local = config.messaging.local
-    if local is None:
-        raise MessagingError("the configuration has no messaging.local broker")
     # Its own client id: the component's would take the component's session over.
     link = dataclasses.replace(
         config.messaging,

@@ -19,6 +19,7 @@ from typing import Any
 from unskit.config.model import (
     DEFAULT_EMBEDDED_PORT,
     EMBEDDED_HOST,
+    BrokerConfig,
     ComponentConfig,
     build_config,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "ConfigLoader",
     "add_config_arguments",
     "apply_broker_override",
+    "client_broker",
     "load_config",
     "resolve_config",
     "resolve_thing_name",
@@ -262,3 +264,21 @@ def apply_broker_override(document: dict[str, Any], broker: str) -> dict[str, An
         local.setdefault("port", DEFAULT_EMBEDDED_PORT)
     messaging["local"] = local
     return {**document, "messaging": messaging}
+
+
+def client_broker(config: ComponentConfig) -> BrokerConfig:
+    """The local broker a client tool (`unskit call`) connects to; `ConfigError` when the
+    configuration names the embedded broker, which exists only inside the process that runs
+    it."""
+    local = config.messaging.local
+    if local is not None and not local.embedded:
+        return local
+    message = (
+        'is "embedded": that broker lives inside the `unskit run` or `unskit demo` process '
+        "that starts it, not at a host name; give its address (printed at its start) with "
+        "--broker HOST:PORT"
+        if local is not None
+        else "is required: give the broker with --broker HOST:PORT"
+    )
+    path = "$.messaging.local.host" if local is not None else "$.messaging.local"
+    raise ConfigError([ConfigIssue(path, message)], source=config.source)

@@ -39,6 +39,7 @@ __all__ = [
     "DEFAULT_HEALTH_PORT",
     "DEFAULT_LEVEL",
     "DEFAULT_LEVELS",
+    "DEFAULT_LIBRARY_LEVEL",
     "DEFAULT_MAX_FILE_SIZE",
     "DEFAULT_METRIC_INTERVAL_SECONDS",
     "DEFAULT_MQTT_PORT",
@@ -93,6 +94,8 @@ _DEFAULT_STARTUP_PATH = "/startupz"
 _HEALTH_KEYS = frozenset({"enabled", "port", "livenessPath", "readinessPath", "startupPath"})
 
 DEFAULT_LEVEL = "INFO"
+# Third-party libraries (the embedded broker, the PLC and transfer SDKs) are chatty at INFO.
+DEFAULT_LIBRARY_LEVEL = "WARNING"
 JSON_FORMAT = "json"
 DEFAULT_PYTHON_FORMAT = "%(asctime)s [%(levelname)s] %(name)s: %(message)s"
 DEFAULT_MAX_FILE_SIZE = "10MB"
@@ -416,8 +419,10 @@ class LoggingConfig:
 
     `format` is the effective format: an explicit ``python_format``, else the platform's
     default (``json`` on CLUSTER), else `DEFAULT_PYTHON_FORMAT`; ``json`` (any case) selects
-    the stdout JSON sink. `level` and the `loggers` values are level names, upper-cased
-    (`log_level` gives the standard library's number). ``java_format``, ``rust_format`` and
+    the stdout JSON sink. `level`, `library_level` and the `loggers` values are level names,
+    upper-cased (`log_level` gives the standard library's number). `library_level`
+    (``libraryLevel``) is the level of the third-party loggers that `loggers` does not name,
+    None for the default (`effective_library_level`). ``java_format``, ``rust_format`` and
     ``ts_format`` belong to the other variants and are ignored. A value that breaks a rule
     raises ValueError naming its key.
     """
@@ -427,9 +432,14 @@ class LoggingConfig:
     loggers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     file_logging: FileLoggingConfig = FileLoggingConfig()
     global_control: bool = False
+    library_level: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "level", _level_name(self.level, "logging.level"))
+        if self.library_level is not None:
+            object.__setattr__(
+                self, "library_level", _level_name(self.library_level, "logging.libraryLevel")
+            )
         if not isinstance(self.format, str) or not self.format.strip():
             raise _SectionError("logging.python_format", "must be a non-empty string")
         if not self.json:
@@ -470,7 +480,16 @@ class LoggingConfig:
             loggers={} if loggers is None else loggers,
             file_logging=FileLoggingConfig.from_section(section.get("fileLogging")),
             global_control=section.get("globalControl", False),
+            library_level=section.get("libraryLevel"),
         )
+
+    @property
+    def effective_library_level(self) -> str:
+        """`library_level` when given, else WARNING or the root `level` if that is higher,
+        so that ``level: ERROR`` quiets the libraries too."""
+        if self.library_level is not None:
+            return self.library_level
+        return max(DEFAULT_LIBRARY_LEVEL, self.level, key=log_level)
 
     @property
     def json(self) -> bool:

@@ -325,11 +325,15 @@ def _messaging_rules(messaging: object, platform: Platform) -> Iterator[ConfigIs
         return
     section = messaging or {}
     local = section.get("local")
-    if local is None and platform is not Platform.EDGE_RUNTIME:
+    if local is None:
+        # The edge runtime's IPC bus would be the other way, but this variant has no
+        # provider for it: refused here rather than failing at start.
+        edge = " (there is no edge-runtime IPC transport: use its MQTT broker)"
         yield ConfigIssue(
             json_path(("messaging", "local")),
             'is required: give the local broker as {"host": ..., "port": ...}, or '
-            '{"host": "embedded"} to start the in-process broker',
+            '{"host": "embedded"} to start the in-process broker'
+            + (edge if platform is Platform.EDGE_RUNTIME else ""),
         )
     if isinstance(local, Mapping) and local.get("port") == 0 and local.get("host") != EMBEDDED_HOST:
         yield ConfigIssue(

@@ -4,9 +4,11 @@ embedded broker, a readable live view of the UNS traffic, a clean shutdown and a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import http.client
 import json
+import os
 import shutil
 import signal
 import socket
@@ -48,6 +50,8 @@ SOURCE_WIDTH = 19
 SHA_SHOWN = 16
 #: Events counted but not shown: three more lines per file would drown the view.
 QUIET_EVENTS = frozenset({"file-queued", "file-completed", "file-progress"})
+#: Each asks for a clean stop: Ctrl-C, a service manager, a terminal that went away.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass
@@ -132,30 +136,34 @@ class Supervisor:
         self._print_lock = threading.Lock()
         # Traffic seen before the "where things are" block is held back, then shown.
         self._held: list[str] | None = []
+        # Set once `out` failed: nothing more is written, and the demo stops.
+        self._output_lost = False
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def run(self, duration: float | None) -> int:
-        """Runs the demo for `duration` seconds (None: until Ctrl-C); returns the exit code."""
-        watcher: MessagingClient | None = None
-        previous_int = signal.signal(signal.SIGINT, self._on_signal)
-        previous_term = signal.signal(signal.SIGTERM, self._on_signal)
-        try:
+        """Runs the demo for `duration` seconds (None: until Ctrl-C); returns the exit code.
+
+        The components are stopped on every way out: the duration, a stop signal, a component
+        that exits, output nobody reads any more (a closed pipe) and any exception. They are
+        started from this (the main) thread, whose death is what their parent-death signal
+        follows, as the backstop should this process be killed outright.
+        """
+        with contextlib.ExitStack() as stack:
+            for sig in STOP_SIGNALS:
+                previous = signal.signal(sig, self._on_signal)
+                # None: a handler not installed from Python, which cannot be put back as such.
+                stack.callback(signal.signal, sig, signal.SIG_DFL if previous is None else previous)
+            stack.callback(self._stop_broker)
             host, port = self._start_broker()
             watcher = self._watch(host, port)
+            stack.callback(watcher.close, 2)
+            # Registered last, so it runs first: the components stop while the broker and the
+            # live view still run, and the callbacks above run even if this one raises.
+            stack.callback(self._stop_components)
             self._start_components(host, port)
             self._where(host, port)
             self._run_until(duration)
-        finally:
-            if any(c.process is not None for c in self.components):
-                self._print("\nstopping: each component turns readiness off, drains, exits")
-            self._stop_components()
-            if watcher is not None:
-                watcher.close(2)
-            if self._embedded is not None:
-                self._embedded.stop()
-            signal.signal(signal.SIGINT, previous_int)
-            signal.signal(signal.SIGTERM, previous_term)
         return self._summary()
 
     def _run_until(self, duration: float | None) -> None:
@@ -180,6 +188,10 @@ class Supervisor:
     def _on_signal(self, _signum: int, _frame: FrameType | None) -> None:
         self._stop.set()
 
+    def _stop_broker(self) -> None:
+        if self._embedded is not None:
+            self._embedded.stop()
+
     def _start_broker(self) -> tuple[str, int]:
         if self._broker_address is not None:
             host, _, port = self._broker_address.rpartition(":")
@@ -200,8 +212,11 @@ class Supervisor:
             component.document["messaging"] = {"local": {"host": host, "port": port}}
             config = self.output / "config" / f"{component.name}.json"
             config.write_text(json.dumps(component.document, indent=2) + "\n")
-            command = [sys.executable, "-m", "unskit.cli", "run", component.name]
-            command += ["-c", str(config), "-t", THING, "--broker", f"{host}:{port}"]
+            # `unskit run NAME ...` behind unskit.demo.child, which makes the component die
+            # with this process (SIGTERM) should it be killed before it can stop them.
+            command = [sys.executable, "-m", "unskit.demo.child", str(os.getpid())]
+            command += ["run", component.name, "-c", str(config), "-t", THING]
+            command += ["--broker", f"{host}:{port}"]
             with (self.output / "logs" / f"{component.name}.log").open("wb") as log:
                 # A session of its own: Ctrl-C reaches the supervisor only, which then
                 # stops each component in order with SIGTERM.
@@ -222,11 +237,15 @@ class Supervisor:
                 self._stop.wait(0.1)
 
     def _stop_components(self) -> None:
-        self._terminate([c for c in self.components if c.name in PRODUCERS])
-        # Nothing to wait for when the demo never got as far as starting every component.
-        if all(c.process is not None for c in self.components):
-            self._await_deliveries()
-        self._terminate([c for c in self.components if c.name not in PRODUCERS])
+        if any(c.process is not None for c in self.components):
+            self._print("\nstopping: each component turns readiness off, drains, exits")
+        try:
+            self._terminate([c for c in self.components if c.name in PRODUCERS])
+            # Nothing to wait for when the demo never got as far as starting every component.
+            if all(c.process is not None for c in self.components):
+                self._await_deliveries()
+        finally:
+            self._terminate([c for c in self.components if c.name not in PRODUCERS])
 
     def _terminate(self, components: Sequence[Component]) -> None:
         for component in components:
@@ -307,15 +326,27 @@ class Supervisor:
             if live and self._held is not None:
                 self._held.append(line)
                 return
-            self.out.write(line + "\n")
-            self.out.flush()
+            self._write(line + "\n")
 
     def _release_held(self) -> None:
         with self._print_lock:
             held, self._held = self._held or [], None
-            for line in held:
-                self.out.write(line + "\n")
+            self._write("".join(line + "\n" for line in held))
+
+    def _write(self, text: str) -> None:
+        """Writes to `out` (under the print lock); output that fails stops the demo instead
+        of raising, so no caller is cut short before the components are stopped."""
+        if self._output_lost or not text:
+            return
+        try:
+            self.out.write(text)
             self.out.flush()
+        # Output is best effort, whatever keeps it from being written: a reader gone (EPIPE),
+        # a hung-up terminal (EIO), a closed stream.
+        except Exception:
+            self._output_lost = True
+            _discard(self.out)
+            self._stop.set()
 
     def _where(self, host: str, port: int) -> None:
         kind = "embedded" if self._embedded is not None else "external"
@@ -373,6 +404,20 @@ class Supervisor:
             self._print(f"  exit        {component.name}: {component.exit_code}")
         clean = all(c.exit_code == 0 for c in self.components) and verified == announced
         return 0 if clean else EXIT_MISMATCH
+
+
+def _discard(stream: TextIO) -> None:
+    """Points the stream's descriptor at /dev/null: what is still buffered in it is flushed
+    again at exit, which would fail again (and print `Exception ignored ... BrokenPipeError`)."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):  # not backed by a descriptor (StringIO), or closed
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 # -- one line per envelope ------------------------------------------------------------------
@@ -487,7 +532,8 @@ def demo_main(args: argparse.Namespace) -> int:
         supervisor = Supervisor(demo_documents(output), output, broker=args.broker, port=args.port)
         return supervisor.run(args.duration)
     except RuntimeError as error:
-        print(f"unskit demo: {error}", file=sys.stderr)
+        with contextlib.suppress(OSError, ValueError):  # stderr may be the closed pipe too
+            print(f"unskit demo: {error}", file=sys.stderr)
         return EXIT_MISMATCH
 
 

@@ -2,8 +2,10 @@
 
 The section is parsed in `unskit.config.model` (`LoggingConfig`): ``level`` (INFO),
 ``python_format`` (``%(asctime)s [%(levelname)s] %(name)s: %(message)s``, or ``json``),
-``loggers`` (name to level), ``fileLogging`` {``enabled`` (false), ``filePath``,
-``maxFileSize`` (10MB), ``backupCount`` (5)}, ``globalControl`` (parsed, never acted on);
+``loggers`` (name to level), ``libraryLevel`` (the level of the third-party loggers in
+`LIBRARY_LOGGERS` that ``loggers`` does not name; WARNING, or ``level`` if higher),
+``fileLogging`` {``enabled`` (false), ``filePath``, ``maxFileSize`` (10MB), ``backupCount``
+(5)}, ``globalControl`` (parsed, never acted on);
 the effective format is an explicit ``python_format``, else the platform default (``json`` on
 CLUSTER), else the built-in default. Text goes to stderr; the JSON sink writes to stdout, one
 object per line::
@@ -33,7 +35,25 @@ from typing import Any, TextIO
 from unskit.config.model import LoggingConfig, log_level
 from unskit.config.platform import Platform
 
-__all__ = ["JsonFormatter", "LoggingConfig", "configure_logging"]
+__all__ = ["LIBRARY_LOGGERS", "JsonFormatter", "LoggingConfig", "configure_logging"]
+
+#: Third-party loggers held at ``libraryLevel``: the embedded broker (amqtt and its state
+#: machine, transitions, which logs every callback at INFO), the PLC driver, the transfer
+#: SDKs and their HTTP stack, and libraries a component may load (asyncua, websockets).
+LIBRARY_LOGGERS = (
+    "amqtt",
+    "transitions",
+    "websockets",
+    "pycomm3",
+    "asyncua",
+    "paramiko",
+    "invoke",
+    "boto3",
+    "botocore",
+    "s3transfer",
+    "awscrt",
+    "urllib3",
+)
 
 # Attributes every LogRecord has; anything else on a record came through ``extra=``.
 _BLANK_RECORD = logging.LogRecord("", logging.INFO, "", 0, "", None, None)
@@ -64,7 +84,9 @@ def configure_logging(
         else LoggingConfig.from_section(config, platform)
     )
     root_level = log_level(settings.level)
-    logger_levels = {name: log_level(level) for name, level in settings.loggers.items()}
+    library_level = log_level(settings.effective_library_level)
+    logger_levels = {name: library_level for name in LIBRARY_LOGGERS}
+    logger_levels.update((name, log_level(level)) for name, level in settings.loggers.items())
     handlers: list[logging.Handler] = []
     if settings.json:
         json_handler = _StreamHandler(stdout=True)
