@@ -136,6 +136,7 @@ def test_a_component_that_dies_stops_the_demo_with_exit_1(victim: str, tmp_path:
         if process.poll() is None:
             process.kill()
             process.wait(10)
+        process.stdout.close()
     text = "".join(lines)
     assert f"{victim} exited on its own (-9)" in text, text
     for name in COMPONENTS:

@@ -73,10 +73,10 @@ class Mosquitto:
 
     def start(self) -> Mosquitto:
         config = self.write_config()
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [require_binary("mosquitto"), "-c", str(config)], stdout=log, stderr=log
-        )
+        with self.log_path.open("ab") as log:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(
+                [require_binary("mosquitto"), "-c", str(config)], stdout=log, stderr=log
+            )
         ports = (self.plain_port, self.password_port, self.tls_port, self.mtls_port)
         wait_until(
             lambda: self._alive() and all(port_open(p) for p in ports),
