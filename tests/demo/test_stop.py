@@ -145,6 +145,7 @@ def test_a_stop_signal_stops_every_component(
         if process.poll() is None:
             process.kill()
             process.wait(10)
+        process.stdout.close()
     assert wait_for_no_survivors(output) == {}
     assert "Traceback" not in stderr.read_text(), stderr.read_text()
     if not close_output:

@@ -219,3 +219,58 @@ def test_a_failed_start_up_stops_what_already_started(tmp_path, broker, restore_
     assert not runtime.get_messaging().connected()
     assert runtime.health is not None, "the probe server had started"
     assert probe(health_port, "/livez") is None, "and was stopped again"
+
+
+# A stop signal that lands while a logging handler's lock is held, in a component whose drain
+# joins a thread that logs: a drain run inside the signal handler waits for that thread while
+# holding the lock the thread waits for (the deadlock `unskit run echo` hit at random).
+_SIGNAL_WHILE_LOGGING = """
+import logging, signal, sys, threading
+from unskit.config.loader import load_config
+from unskit.runtime.component import Runtime
+
+log = logging.getLogger("unskit.test")
+
+class SignalOnRunning(logging.Handler):
+    def emit(self, record):
+        if record.getMessage() == "logger running":
+            signal.raise_signal(signal.SIGTERM)  # the Python handler runs here, this lock held
+
+class LoggerAtDrain:
+    token = "logger"
+    schema = None
+
+    def start(self, runtime):
+        self.go = threading.Event()
+        self.thread = threading.Thread(target=lambda: self.go.wait() and log.info("drained"))
+        self.thread.start()
+
+    def drain(self):
+        self.go.set()
+        self.thread.join()
+
+logging.getLogger("unskit").addHandler(SignalOnRunning())
+config = load_config(sys.argv[1], thing="gw-01", default_component="logger")
+sys.exit(Runtime(config).run(LoggerAtDrain()))
+"""
+
+
+def test_a_stop_signal_while_a_log_line_is_written_drains_and_exits_zero(broker, tmp_path):
+    config = write_config(tmp_path, broker.plain_port, free_port())
+    script = tmp_path / "signal_while_logging.py"
+    script.write_text(_SIGNAL_WHILE_LOGGING)
+    with subprocess.Popen(
+        [sys.executable, str(script), str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        try:
+            code = process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+            pytest.fail("the drain deadlocked: a stop signal while a log line was written")
+        stderr = process.stderr.read() if process.stderr else ""
+    assert code == 0, stderr
+    assert "shutdown: complete" in stderr

@@ -321,6 +321,9 @@ def test_sigterm_drains_with_readiness_off_and_exits_zero():
         if child.poll() is None:
             child.kill()
             child.wait()
+        for pipe in (child.stdout, child.stderr):
+            if pipe is not None:
+                pipe.close()
 
     assert during == 503
     assert 200 not in outcomes

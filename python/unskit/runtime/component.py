@@ -110,6 +110,8 @@ class Runtime:
         self._stopped = threading.Event()
         #: Wakes the main thread's wait in `run` (see `_wait_until_stopped`).
         self._wakeup: socket.socket | None = None
+        #: The stop signal received, if any: `run`'s main thread drains on seeing it.
+        self._stop_signal: str | None = None
         self._coordinator: ShutdownCoordinator | None = None
         self._app_started = False
         self._app: ComponentApp | None = None
@@ -184,6 +186,10 @@ class Runtime:
             with contextlib.suppress(OSError):
                 self._wakeup.send(b"\0")
 
+    def _stop_requested(self, signal_name: str) -> None:
+        # Called by the signal handler: record only; the wakeup fd already woke the main thread.
+        self._stop_signal = signal_name
+
     @property
     def shutting_down(self) -> bool:
         """True once shutdown has begun."""
@@ -244,7 +250,9 @@ class Runtime:
         if config.health.enabled_for(config.platform):
             self.readiness = ReadinessState(self._answers)
             self.health = HealthServer(config.health, self.readiness)
-        coordinator = ShutdownCoordinator(self.readiness, self.health)
+        coordinator = ShutdownCoordinator(
+            self.readiness, self.health, on_signal=self._stop_requested
+        )
         self._coordinator = coordinator
         # Registered before anything else starts, so a failed start-up drains the same way.
         # Order: the component's own work, then what publishes on its behalf, then messaging
@@ -435,7 +443,7 @@ class Runtime:
             # First in line: no change is applied while the component drains.
             self._coordinator.add_drain_step("configuration watch", watch.close, first=True)
         _log.info("%s running", self.config.component_token)
-        # The signal handler shuts down and exits 0 (SystemExit interrupts this wait).
+        # A stop signal is recorded by its handler; this thread drains, then returns 0.
         self._wait_until_stopped()
         return 0
 
@@ -453,6 +461,9 @@ class Runtime:
         previous = signal.set_wakeup_fd(send.fileno(), warn_on_full_buffer=False)
         try:
             while not self._stopped.is_set():
+                if self._stop_signal is not None:
+                    self.shutdown()
+                    break
                 select.select([receive], [], [])
                 with contextlib.suppress(BlockingIOError):
                     receive.recv(512)

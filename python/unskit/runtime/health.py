@@ -68,8 +68,8 @@ class ReadinessState:
 
     def set_shutting_down(self) -> None:
         """Begins shutdown: readiness answers 503 from now on, for good."""
-        with self._lock:
-            self._shutting_down = True
+        # One store, no lock: a signal handler calls this on a thread that may hold the lock.
+        self._shutting_down = True
 
     def is_shutting_down(self) -> bool:
         """True once shutdown has begun."""

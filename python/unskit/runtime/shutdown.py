@@ -2,7 +2,9 @@
 
 :class:`ShutdownCoordinator` owns that order for app-driven shutdown and for SIGTERM/SIGINT
 (Python variant: handlers are installed on the main thread only, the handler flips readiness,
-shuts down and exits 0, and the previous handlers are restored on shutdown).
+shuts down and exits 0, and the previous handlers are restored on shutdown). A coordinator
+given `on_signal` leaves the drain to its owner: the handler runs in whatever frame the
+signal interrupted, which may hold a lock a drain step waits for (see `_on_signal`).
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ class ShutdownCoordinator:
         health_server: HealthServer | None = None,
         *,
         exit_process: Callable[[int], object] = sys.exit,
+        on_signal: Callable[[str], object] | None = None,
     ) -> None:
         self._readiness = readiness
         self._health_server = health_server
         self._exit_process = exit_process
+        self._on_signal_hook = on_signal
         self._lock = threading.Lock()
         self._steps: list[tuple[str, Callable[[], object]]] = []
         # Thread id of the shutdown in progress; set once, never cleared.
@@ -147,5 +151,10 @@ class ShutdownCoordinator:
         _log.info("shutdown: %s received", name)
         if self._readiness is not None:
             self._readiness.set_shutting_down()
+        if self._on_signal_hook is not None:
+            # Draining here could deadlock: the interrupted frame may hold a logging handler's
+            # lock while a drain step joins a thread that is waiting to log.
+            self._on_signal_hook(name)
+            return
         self.shutdown()
         self._exit_process(0)
