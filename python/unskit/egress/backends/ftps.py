@@ -42,7 +42,11 @@ _FTP_ERRORS: tuple[type[BaseException], ...] = (*ftplib.all_errors, ValueError)
 
 
 class _Client(ftplib.FTP_TLS):
-    """FTP_TLS with implicit TLS and TLS session reuse on the data connections."""
+    """FTP_TLS with implicit TLS and TLS session reuse on the data connections.
+
+    The one place ftplib's internals are used: FTP_TLS's private `_prot_p`, and the
+    attributes FTP.connect sets, which the implicit connect sets in its place;
+    tests/egress/test_ftplib_internals.py checks both."""
 
     def __init__(self, context: ssl.SSLContext, implicit: bool) -> None:
         super().__init__(context=context, timeout=TIMEOUT)

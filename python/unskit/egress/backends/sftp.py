@@ -64,6 +64,28 @@ def _load_key(text: str | None, path: str | None, passphrase: Secret | None) -> 
     raise paramiko.SSHException("the private key is not a readable Ed25519, ECDSA or RSA key")
 
 
+# -- paramiko internals ---------------------------------------------------------------------
+# The only uses of paramiko's private names: the same in paramiko 3.4.0 and 5.1.0, which is
+# what pyproject.toml pins; tests/egress/test_paramiko_internals.py checks each of them.
+
+
+def _drain_pipelined_writes(sftp: paramiko.SFTPClient, sink: paramiko.SFTPFile) -> None:
+    """Reads the replies of `sink`'s pipelined writes; a failed write raises here."""
+    # paramiko's pipelined writes leave their replies unread (and their errors unseen)
+    # until it drains them itself; drain them here, as its unpipelined write does, so a
+    # failed write raises now and no later drain waits for a reply already consumed.
+    while sink._reqs:
+        sftp._read_response(sink._reqs.popleft())
+
+
+def _fsync(sftp: paramiko.SFTPClient, sink: paramiko.SFTPFile) -> None:
+    """OpenSSH's fsync@openssh.com extension on an open file; paramiko has no method for it."""
+    sftp._request(CMD_EXTENDED, "fsync@openssh.com", sink.handle)
+
+
+# -- the backend -----------------------------------------------------------------------------
+
+
 class SftpBackend(StreamedBackend[paramiko.SFTPClient]):
     """Delivers under `baseDir` on one SFTP server."""
 
@@ -232,15 +254,10 @@ class SftpBackend(StreamedBackend[paramiko.SFTPClient]):
     ) -> None:
         """Records the offset the server has written (and fsynced, with `fsync`)."""
         sink.flush()
-        # paramiko's pipelined writes leave their replies unread (and their errors unseen)
-        # until it drains them itself; drain them here, as its unpipelined write does, so a
-        # failed write raises now and no later drain waits for a reply already consumed.
-        while sink._reqs:
-            sftp._read_response(sink._reqs.popleft())
+        _drain_pipelined_writes(sftp, sink)
         if self.fsync and self._fsync_supported:
             try:
-                # OpenSSH's fsync@openssh.com extension; paramiko has no method for it.
-                sftp._request(CMD_EXTENDED, "fsync@openssh.com", sink.handle)
+                _fsync(sftp, sink)
             except OSError as exc:
                 self._fsync_supported = False
                 _log.warning("%s: fsync is not available (%s); continuing without", self.where, exc)
