@@ -16,16 +16,12 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from unskit.config.model import (
-    DEFAULT_EMBEDDED_PORT,
-    EMBEDDED_HOST,
-    BrokerConfig,
-    ComponentConfig,
-    build_config,
-)
+from unskit.config.messaging import BrokerConfig
+from unskit.config.model import ComponentConfig, build_config
 from unskit.config.platform import Platform, detect_platform
 from unskit.config.schema import is_topic_level, validate_document
 from unskit.config.sources import ConfigProvider, ConfigSource, Watch, open_source
+from unskit.config.values import DEFAULT_EMBEDDED_PORT, EMBEDDED_HOST
 from unskit.errors import ConfigError, ConfigIssue
 
 __all__ = [

@@ -1,7 +1,10 @@
 """Validation of a configuration document: the JSON Schemas (data files in ``schemas/``,
-Draft 2020-12) and the rules a schema cannot say (hierarchy and identity, platform-dependent
-requirements, `$secret` shape). Every issue names its JSON path and the rule; all issues are
-collected, never just the first.
+Draft 2020-12) own the shape, `unskit.config.rules` the rules a schema cannot say; a
+component's own rules run in its ``configuration_issues``. Every issue names its JSON path
+and the rule; all issues are collected, never just the first.
+
+`check_section` holds a framework section built in code (`HealthConfig`, `LoggingConfig`,
+`MetricEmissionConfig`) to the same schema and rules, so each rule is written once.
 
 Messages are built from the rule, never from the offending value, so a mistyped password or
 a malformed `$secret` cannot leak through an error.
@@ -11,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from importlib import resources
@@ -23,24 +25,28 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from unskit.config._paths import json_path
-from unskit.config.model import DEFAULT_LEVELS, EMBEDDED_HOST, JSON_FORMAT, parse_size
 from unskit.config.platform import Platform
-from unskit.config.secrets import FIELD_KEY, SECRET_KEY, find_secret_refs, secret_objects
+from unskit.config.rules import SECTION_RULES, configuration_issues
 from unskit.errors import ConfigIssue
 
 __all__ = [
     "FRAMEWORK_SCHEMA",
+    "check_section",
     "framework_schema",
     "is_topic_level",
     "load_schema",
+    "section_issues",
     "validate_document",
     "validate_with_schema",
 ]
 
 FRAMEWORK_SCHEMA = "framework.schema.json"
-# Annotation in the schema files that words the error for a pattern, enum, anyOf or not.
+# Annotation in the schema files that words the error for a pattern, enum, anyOf, not or
+# minimum (where the bound has a reason worth giving).
 _MESSAGE_KEY = "x-message"
-_WORDED_RULES = frozenset({"pattern", "enum", "const", "anyOf", "oneOf", "not", "format"})
+_WORDED_RULES = frozenset(
+    {"pattern", "enum", "const", "anyOf", "oneOf", "not", "format", "minimum"}
+)
 _JSON_TYPES = {
     "object": "an object",
     "array": "an array",
@@ -51,8 +57,26 @@ _JSON_TYPES = {
     "null": "null",
 }
 _TOPIC_LEVEL = re.compile(r"^[^/#+\x00]+$")
-_LEVEL = re.compile(r"^[A-Za-z0-9_-]+$")
-_PROBE_PATHS = {"livenessPath": "/livez", "readinessPath": "/readyz", "startupPath": "/startupz"}
+# A key a JSON path writes in brackets, `['a.b']`.
+_BRACKETED = re.compile(r"\['((?:[^'\\]|\\.)*)'\]")
+
+
+class _SectionError(ValueError):
+    """A framework section built in code that breaks a rule; `issues` name the JSON paths.
+
+    The message names each key in dotted form (``logging.loggers.pkg.mod``), as Python
+    callers spell it; `build_config` turns the issues back into a `ConfigError`.
+    """
+
+    def __init__(self, issues: Sequence[ConfigIssue]) -> None:
+        self.issues = tuple(issues)
+        super().__init__("; ".join(f"{_dotted(i.path)}: {i.message}" for i in self.issues))
+
+
+def _dotted(path: str) -> str:
+    """``$.logging.loggers['pkg.mod']`` -> ``logging.loggers.pkg.mod``."""
+    plain = _BRACKETED.sub(lambda m: "." + re.sub(r"\\(.)", r"\1", m.group(1)), path)
+    return plain.removeprefix("$").removeprefix(".")
 
 
 def load_schema(name: str) -> dict[str, Any]:
@@ -94,6 +118,28 @@ def validate_with_schema(
     return _issues(validator.iter_errors(instance), prefix)
 
 
+@functools.cache
+def _section_validator(name: str) -> Draft202012Validator:
+    ref = f"{framework_schema()['$id']}#/properties/{name}"
+    return Draft202012Validator({"$ref": ref}, registry=_registry())
+
+
+def section_issues(name: str, section: object) -> list[ConfigIssue]:
+    """Every issue of one framework section (``health``, ``logging``, ``metricEmission``)
+    given alone: its part of the framework schema, then its rules."""
+    issues = _issues(_section_validator(name).iter_errors(section), (name,))
+    taken = {issue.path for issue in issues}
+    issues += [issue for issue in SECTION_RULES[name](section) if not _under(issue.path, taken)]
+    return sorted(set(issues))
+
+
+def check_section(name: str, section: object) -> None:
+    """Raises ValueError naming every broken rule's key when `section` breaks one."""
+    issues = section_issues(name, section)
+    if issues:
+        raise _SectionError(issues)
+
+
 def validate_document(
     document: object,
     *,
@@ -109,7 +155,8 @@ def validate_document(
         issues += validate_with_schema(component, component_schema, ("component",))
     # A rule below a path the schema already faulted would only repeat that fault.
     taken = {issue.path for issue in issues}
-    issues += [issue for issue in _rules(document, platform) if not _under(issue.path, taken)]
+    rules = configuration_issues(document, platform)
+    issues += [issue for issue in rules if not _under(issue.path, taken)]
     return sorted(set(issues))
 
 
@@ -237,187 +284,6 @@ def _json_type(value: object) -> str:
     if isinstance(value, Mapping):
         return "an object"
     return f"a non-JSON value ({type(value).__name__})"
-
-
-# -- rules a schema cannot say ----------------------------------------------------------
-
-
-def _rules(document: Mapping[str, Any], platform: Platform) -> list[ConfigIssue]:
-    issues: list[ConfigIssue] = []
-    levels = _levels(document)
-    if levels is not None:
-        issues += _identity_rules(document.get("identity"), levels)
-        issues += _tag_rules(document.get("tags"), levels)
-        issues += _topic_rules(document.get("topic"), levels)
-    issues += _messaging_rules(document.get("messaging"), platform)
-    issues += _health_rules(document.get("health"))
-    issues += _logging_rules(document.get("logging"))
-    issues += _secret_rules(document)
-    return issues
-
-
-def _levels(document: Mapping[str, Any]) -> tuple[str, ...] | None:
-    """The hierarchy levels, or None when the hierarchy is itself broken (already reported)."""
-    hierarchy = document.get("hierarchy")
-    if hierarchy is None:
-        return DEFAULT_LEVELS
-    if not isinstance(hierarchy, Mapping):
-        return None
-    levels = hierarchy.get("levels", DEFAULT_LEVELS)
-    if (
-        not isinstance(levels, (list, tuple))
-        or not levels
-        or not all(isinstance(level, str) and _LEVEL.match(level) for level in levels)
-        or len(set(levels)) != len(levels)
-    ):
-        return None
-    return tuple(levels)
-
-
-def _identity_rules(identity: object, levels: tuple[str, ...]) -> Iterator[ConfigIssue]:
-    section = identity if isinstance(identity, Mapping) else {}
-    device = levels[-1]
-    for key in section:
-        if key == device:
-            yield ConfigIssue(
-                json_path(("identity", key)),
-                "is the last hierarchy level, the device: its value is the thing name "
-                "(-t/--thing), never configured in identity",
-            )
-        elif key not in levels:
-            yield ConfigIssue(
-                json_path(("identity", key)),
-                f"is not a declared hierarchy level (levels: {', '.join(levels)})",
-            )
-    if identity is not None and not isinstance(identity, Mapping):
-        return
-    for level in levels[:-1]:
-        if level not in section:
-            yield ConfigIssue(
-                json_path(("identity", level)),
-                f"is required: every hierarchy level except the last ({device!r}) needs a value",
-            )
-
-
-def _tag_rules(tags: object, levels: tuple[str, ...]) -> Iterator[ConfigIssue]:
-    if not isinstance(tags, Mapping):
-        return
-    for key in tags:
-        if key in levels:
-            yield ConfigIssue(
-                json_path(("tags", key)),
-                f"is a hierarchy level: location keys belong in identity, not tags "
-                f"(levels: {', '.join(levels)})",
-            )
-
-
-def _topic_rules(topic: object, levels: tuple[str, ...]) -> Iterator[ConfigIssue]:
-    if isinstance(topic, Mapping) and topic.get("includeRoot") is True and len(levels) < 2:
-        yield ConfigIssue(
-            json_path(("topic", "includeRoot")),
-            "needs a hierarchy of at least two levels: the first hierarchy value is inserted "
-            "after the root, and with one level that value is the device itself",
-        )
-
-
-def _messaging_rules(messaging: object, platform: Platform) -> Iterator[ConfigIssue]:
-    if messaging is not None and not isinstance(messaging, Mapping):
-        return
-    section = messaging or {}
-    local = section.get("local")
-    if local is None:
-        # The edge runtime's IPC bus would be the other way, but this variant has no
-        # provider for it: refused here rather than failing at start.
-        edge = " (there is no edge-runtime IPC transport: use its MQTT broker)"
-        yield ConfigIssue(
-            json_path(("messaging", "local")),
-            'is required: give the local broker as {"host": ..., "port": ...}, or '
-            '{"host": "embedded"} to start the in-process broker'
-            + (edge if platform is Platform.EDGE_RUNTIME else ""),
-        )
-    if isinstance(local, Mapping) and local.get("port") == 0 and local.get("host") != EMBEDDED_HOST:
-        yield ConfigIssue(
-            json_path(("messaging", "local", "port")),
-            'must be >= 1: port 0 (any free port) is allowed only with "host": "embedded"',
-        )
-    northbound = section.get("northbound")
-    if isinstance(northbound, Mapping):
-        if EMBEDDED_HOST in (northbound.get("host"), northbound.get("endpoint")):
-            yield ConfigIssue(
-                json_path(("messaging", "northbound", "host")),
-                'cannot be "embedded": the northbound broker is a remote broker',
-            )
-        if northbound.get("port") == 0:
-            yield ConfigIssue(json_path(("messaging", "northbound", "port")), "must be >= 1")
-
-
-def _health_rules(health: object) -> Iterator[ConfigIssue]:
-    if not isinstance(health, Mapping):
-        return
-    # Two probes on one path would leave one of them unreachable.
-    seen: dict[str, str] = {}
-    for key, default in _PROBE_PATHS.items():
-        path = health.get(key, default)
-        if not isinstance(path, str):
-            continue
-        if path in seen:
-            yield ConfigIssue(
-                json_path(("health", key)), f"must differ from {seen[path]} (both are {path})"
-            )
-        else:
-            seen[path] = key
-
-
-def _logging_rules(section: object) -> Iterator[ConfigIssue]:
-    if not isinstance(section, Mapping):
-        return
-    text = section.get("python_format")
-    if isinstance(text, str) and text.strip().lower() != JSON_FORMAT:
-        try:
-            logging.Formatter(text, validate=True)
-        except ValueError:
-            yield ConfigIssue(
-                json_path(("logging", "python_format")),
-                'must be a %-style logging format such as "%(asctime)s %(message)s", or "json"',
-            )
-    files = section.get("fileLogging")
-    size = files.get("maxFileSize") if isinstance(files, Mapping) else None
-    if isinstance(size, str):
-        try:
-            too_small = parse_size(size) <= 0
-        except ValueError:
-            too_small = False  # the schema's pattern reports the shape
-        if too_small:
-            yield ConfigIssue(
-                json_path(("logging", "fileLogging", "maxFileSize")),
-                "must be greater than zero (a file never rotates at 0)",
-            )
-
-
-def _secret_rules(document: Mapping[str, Any]) -> Iterator[ConfigIssue]:
-    for parts, obj in secret_objects(document):
-        extra = sorted(set(obj) - {SECRET_KEY, FIELD_KEY})
-        for key in extra:
-            yield ConfigIssue(
-                json_path((*parts, key)),
-                f'unknown key in a $secret reference (allowed: "{SECRET_KEY}", "{FIELD_KEY}")',
-            )
-        name = obj[SECRET_KEY]
-        if not isinstance(name, str) or not name:
-            yield ConfigIssue(
-                json_path((*parts, SECRET_KEY)), "must be a non-empty string: the vault secret name"
-            )
-        if FIELD_KEY in obj and (not isinstance(obj[FIELD_KEY], str) or not obj[FIELD_KEY]):
-            yield ConfigIssue(
-                json_path((*parts, FIELD_KEY)), "must be a non-empty string: a field of the secret"
-            )
-    if document.get("credentials") is None:
-        for path, _ in find_secret_refs(document):
-            yield ConfigIssue(
-                path,
-                "is a $secret reference, which needs the credentials section "
-                "(the encrypted vault it resolves from)",
-            )
 
 
 def is_topic_level(text: str) -> bool:

@@ -362,8 +362,8 @@ def _check_filter(topic_filter: str) -> None:
 
 
 class MessagingClient:
-    """Publish/subscribe and request/reply over the local broker (or the edge-runtime IPC
-    transport) and an optional northbound broker."""
+    """Publish/subscribe and request/reply over the local broker (or a local transport handed
+    in) and an optional northbound broker."""
 
     def __init__(
         self,
@@ -383,7 +383,7 @@ class MessagingClient:
         if local is None:
             if config.local is None:
                 raise MessagingError(
-                    "messaging.local is not configured and no IPC transport was given"
+                    "messaging.local is not configured and no local transport was given"
                 )
             local = _mqtt(config.local, "local", secrets, persistent_session)
         self._local = _Link(local, config.local, self._timer)

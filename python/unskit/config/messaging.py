@@ -1,0 +1,144 @@
+"""The ``messaging`` section, typed: the local broker, the optional northbound one, the
+request deadline and the reply topic prefixes.
+
+`messaging_from_section` builds it from a validated document (the schema and
+`unskit.config.rules` own its rules); code that talks to a broker of its own (a client tool,
+a test) builds `MessagingConfig` and `BrokerConfig` directly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from unskit.config.secrets import Secret, SecretRef
+from unskit.config.values import (
+    DEFAULT_MQTT_PORT,
+    DEFAULT_MQTT_TLS_PORT,
+    DEFAULT_REQUEST_TIMEOUT_SECONDS,
+    EMBEDDED_HOST,
+)
+
+__all__ = [
+    "BrokerConfig",
+    "BrokerCredentials",
+    "MessagingConfig",
+    "QosConfig",
+    "messaging_from_section",
+]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class QosConfig:
+    """QoS used on one broker when an operation gives none (0, 1 or 2)."""
+
+    publish: int = 1
+    subscribe: int = 1
+
+
+@dataclass(frozen=True)
+class BrokerCredentials:
+    """TLS material paths and the optional user/password of one broker."""
+
+    ca_path: str | None = None
+    cert_path: str | None = None
+    key_path: str | None = None
+    username: str | SecretRef | None = None
+    password: Secret | SecretRef | None = None
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """One broker: host (or endpoint), port, client id, default QoS, credentials."""
+
+    host: str
+    port: int
+    client_id: str
+    qos: QosConfig = QosConfig()
+    credentials: BrokerCredentials = BrokerCredentials()
+
+    @property
+    def embedded(self) -> bool:
+        """True when the in-process broker is to be started (``"host": "embedded"``)."""
+        return self.host == EMBEDDED_HOST
+
+    @property
+    def tls(self) -> bool:
+        """TLS is keyed on caPath alone."""
+        return self.credentials.ca_path is not None
+
+    @property
+    def mutual_tls(self) -> bool:
+        """caPath with certPath and keyPath gives mutual TLS."""
+        c = self.credentials
+        return c.ca_path is not None and c.cert_path is not None and c.key_path is not None
+
+
+@dataclass(frozen=True)
+class MessagingConfig:
+    """The local broker and the optional northbound one.
+
+    A configuration document always names `local` (there is no edge-runtime IPC transport);
+    None is left for code that hands `MessagingClient` its local transport itself.
+    """
+
+    local: BrokerConfig | None
+    northbound: BrokerConfig | None = None
+    request_timeout_seconds: float = DEFAULT_REQUEST_TIMEOUT_SECONDS
+    #: Topic prefixes replies may go to besides ``lib/reply-`` (replyTopicPrefixes).
+    reply_topic_prefixes: tuple[str, ...] = ()
+
+    @property
+    def ipc(self) -> bool:
+        """True when no local broker is configured (never, from a configuration document)."""
+        return self.local is None
+
+
+def messaging_from_section(section: Mapping[str, Any], thing: str, token: str) -> MessagingConfig:
+    """The ``messaging`` section of a validated document; client ids default to
+    ``{thing}-{token}``."""
+    northbound = section.get("northbound")
+    return MessagingConfig(
+        local=_broker(section["local"], "local", thing, token),
+        northbound=None if northbound is None else _broker(northbound, "northbound", thing, token),
+        request_timeout_seconds=float(
+            section.get("requestTimeoutSeconds", DEFAULT_REQUEST_TIMEOUT_SECONDS)
+        ),
+        reply_topic_prefixes=tuple(section.get("replyTopicPrefixes", ())),
+    )
+
+
+def _broker(block: Mapping[str, Any], role: str, thing: str, token: str) -> BrokerConfig:
+    creds = block.get("credentials", {})
+    password = creds.get("password")
+    username = creds.get("username")
+    credentials = BrokerCredentials(
+        ca_path=creds.get("caPath"),
+        cert_path=creds.get("certPath"),
+        key_path=creds.get("keyPath"),
+        username=SecretRef.parse(username) or username,
+        password=SecretRef.parse(password) or (None if password is None else Secret(password)),
+    )
+    if credentials.ca_path is None and credentials.cert_path is not None:
+        _log.warning(
+            "messaging.%s.credentials: certPath and keyPath are ignored without caPath "
+            "(the connection stays plaintext)",
+            role,
+        )
+    if role == "local" and credentials.ca_path is not None and (username or password):
+        _log.warning(
+            "messaging.local.credentials: username and password are ignored with caPath (TLS)"
+        )
+    qos = block.get("qos", {})
+    tls = credentials.ca_path is not None
+    return BrokerConfig(
+        host=block.get("host") or block["endpoint"],
+        port=block.get("port", DEFAULT_MQTT_TLS_PORT if tls else DEFAULT_MQTT_PORT),
+        client_id=block.get("clientId", f"{thing}-{token}"),
+        qos=QosConfig(publish=qos.get("publish", 1), subscribe=qos.get("subscribe", 1)),
+        credentials=credentials,
+    )

@@ -1,0 +1,259 @@
+"""The framework's configuration rules a JSON Schema cannot say, each issue naming its JSON path.
+
+The schema owns shape (types, ranges, enums, required keys, patterns); this module owns the
+rest: rules across keys or sections (identity against the hierarchy, distinct probe paths,
+port 0 only for the embedded broker), rules on a value's meaning (a %-style format that
+`logging` accepts, a size above zero, a finite interval) and the `$secret` rules.
+`configuration_issues` runs them all on a document; `validate_document` runs it after the
+schema. `SECTION_RULES` holds the ones of the sections that also check themselves when
+built in code (`HealthConfig`, `LoggingConfig`, `MetricEmissionConfig`).
+
+Every function tolerates a malformed document (the schema reports the shape); messages are
+built from the rule, never from the offending value.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from unskit.config._paths import json_path
+from unskit.config.platform import Platform
+from unskit.config.secrets import FIELD_KEY, SECRET_KEY, find_secret_refs, secret_objects
+from unskit.config.values import (
+    DEFAULT_LEVELS,
+    DEFAULT_LIVENESS_PATH,
+    DEFAULT_READINESS_PATH,
+    DEFAULT_STARTUP_PATH,
+    EMBEDDED_HOST,
+    JSON_FORMAT,
+    parse_size,
+)
+from unskit.errors import ConfigIssue
+
+__all__ = [
+    "SECTION_RULES",
+    "configuration_issues",
+    "health_issues",
+    "logging_issues",
+    "messaging_issues",
+    "metric_emission_issues",
+]
+
+_LEVEL = re.compile(r"^[A-Za-z0-9_-]+$")
+_PROBE_PATHS = {
+    "livenessPath": DEFAULT_LIVENESS_PATH,
+    "readinessPath": DEFAULT_READINESS_PATH,
+    "startupPath": DEFAULT_STARTUP_PATH,
+}
+
+
+def configuration_issues(
+    document: Mapping[str, Any], platform: Platform = Platform.HOST
+) -> list[ConfigIssue]:
+    """Every framework rule the schema cannot say that `document` breaks."""
+    issues: list[ConfigIssue] = []
+    levels = _levels(document)
+    if levels is not None:
+        issues += _identity_issues(document.get("identity"), levels)
+        issues += _tag_issues(document.get("tags"), levels)
+        issues += _topic_issues(document.get("topic"), levels)
+    issues += messaging_issues(document.get("messaging"), platform)
+    for name, rules in SECTION_RULES.items():
+        issues += rules(document.get(name))
+    issues += _secret_issues(document)
+    return issues
+
+
+def _levels(document: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The hierarchy levels, or None when the hierarchy is itself broken (already reported)."""
+    hierarchy = document.get("hierarchy")
+    if hierarchy is None:
+        return DEFAULT_LEVELS
+    if not isinstance(hierarchy, Mapping):
+        return None
+    levels = hierarchy.get("levels", DEFAULT_LEVELS)
+    if (
+        not isinstance(levels, (list, tuple))
+        or not levels
+        or not all(isinstance(level, str) and _LEVEL.match(level) for level in levels)
+        or len(set(levels)) != len(levels)
+    ):
+        return None
+    return tuple(levels)
+
+
+def _identity_issues(identity: object, levels: tuple[str, ...]) -> Iterator[ConfigIssue]:
+    section = identity if isinstance(identity, Mapping) else {}
+    device = levels[-1]
+    for key in section:
+        if key == device:
+            yield ConfigIssue(
+                json_path(("identity", key)),
+                "is the last hierarchy level, the device: its value is the thing name "
+                "(-t/--thing), never configured in identity",
+            )
+        elif key not in levels:
+            yield ConfigIssue(
+                json_path(("identity", key)),
+                f"is not a declared hierarchy level (levels: {', '.join(levels)})",
+            )
+    if identity is not None and not isinstance(identity, Mapping):
+        return
+    for level in levels[:-1]:
+        if level not in section:
+            yield ConfigIssue(
+                json_path(("identity", level)),
+                f"is required: every hierarchy level except the last ({device!r}) needs a value",
+            )
+
+
+def _tag_issues(tags: object, levels: tuple[str, ...]) -> Iterator[ConfigIssue]:
+    if not isinstance(tags, Mapping):
+        return
+    for key in tags:
+        if key in levels:
+            yield ConfigIssue(
+                json_path(("tags", key)),
+                f"is a hierarchy level: location keys belong in identity, not tags "
+                f"(levels: {', '.join(levels)})",
+            )
+
+
+def _topic_issues(topic: object, levels: tuple[str, ...]) -> Iterator[ConfigIssue]:
+    if isinstance(topic, Mapping) and topic.get("includeRoot") is True and len(levels) < 2:
+        yield ConfigIssue(
+            json_path(("topic", "includeRoot")),
+            "needs a hierarchy of at least two levels: the first hierarchy value is inserted "
+            "after the root, and with one level that value is the device itself",
+        )
+
+
+def messaging_issues(
+    messaging: object, platform: Platform = Platform.HOST
+) -> Iterator[ConfigIssue]:
+    """The ``messaging`` rules: a local broker on every platform, port 0 only when embedded,
+    a northbound broker that is never the embedded one."""
+    if messaging is not None and not isinstance(messaging, Mapping):
+        return
+    section = messaging or {}
+    local = section.get("local")
+    if local is None:
+        # The edge runtime's IPC bus would be the other way, but this variant has no
+        # provider for it: refused here rather than failing at start.
+        edge = " (there is no edge-runtime IPC transport: use its MQTT broker)"
+        yield ConfigIssue(
+            json_path(("messaging", "local")),
+            'is required: give the local broker as {"host": ..., "port": ...}, or '
+            '{"host": "embedded"} to start the in-process broker'
+            + (edge if platform is Platform.EDGE_RUNTIME else ""),
+        )
+    if isinstance(local, Mapping) and local.get("port") == 0 and local.get("host") != EMBEDDED_HOST:
+        yield ConfigIssue(
+            json_path(("messaging", "local", "port")),
+            'must be >= 1: port 0 (any free port) is allowed only with "host": "embedded"',
+        )
+    northbound = section.get("northbound")
+    if isinstance(northbound, Mapping):
+        if EMBEDDED_HOST in (northbound.get("host"), northbound.get("endpoint")):
+            yield ConfigIssue(
+                json_path(("messaging", "northbound", "host")),
+                'cannot be "embedded": the northbound broker is a remote broker',
+            )
+        if northbound.get("port") == 0:
+            yield ConfigIssue(json_path(("messaging", "northbound", "port")), "must be >= 1")
+
+
+def health_issues(health: object) -> Iterator[ConfigIssue]:
+    """The ``health`` rule: the three probe paths differ."""
+    if not isinstance(health, Mapping):
+        return
+    # Two probes on one path would leave one of them unreachable.
+    seen: dict[str, str] = {}
+    for key, default in _PROBE_PATHS.items():
+        path = health.get(key, default)
+        if not isinstance(path, str):
+            continue
+        if path in seen:
+            yield ConfigIssue(
+                json_path(("health", key)), f"must differ from {seen[path]} (both are {path})"
+            )
+        else:
+            seen[path] = key
+
+
+def logging_issues(section: object) -> Iterator[ConfigIssue]:
+    """The ``logging`` rules: a format the standard library accepts, a size above zero."""
+    if not isinstance(section, Mapping):
+        return
+    text = section.get("python_format")
+    if isinstance(text, str) and text.strip().lower() != JSON_FORMAT:
+        try:
+            logging.Formatter(text, validate=True)
+        except ValueError:
+            yield ConfigIssue(
+                json_path(("logging", "python_format")),
+                'must be a %-style logging format such as "%(asctime)s %(message)s", or "json"',
+            )
+    files = section.get("fileLogging")
+    size = files.get("maxFileSize") if isinstance(files, Mapping) else None
+    if isinstance(size, str):
+        try:
+            too_small = parse_size(size) <= 0
+        except ValueError:
+            too_small = False  # the schema's pattern reports the shape
+        if too_small:
+            # RotatingFileHandler never rotates at 0, which would make the limit a no-op.
+            yield ConfigIssue(
+                json_path(("logging", "fileLogging", "maxFileSize")),
+                "must be greater than zero (a file never rotates at 0)",
+            )
+
+
+def metric_emission_issues(section: object) -> Iterator[ConfigIssue]:
+    """The ``metricEmission`` rule: a finite interval."""
+    if not isinstance(section, Mapping):
+        return
+    interval = section.get("intervalSeconds")
+    # NaN and infinity (which JSON and YAML parsers here read) pass every JSON Schema bound.
+    if isinstance(interval, float) and not math.isfinite(interval):
+        yield ConfigIssue(
+            json_path(("metricEmission", "intervalSeconds")), "must be a finite number > 0"
+        )
+
+
+#: Section name -> its rules; a section built in code runs these after its schema.
+SECTION_RULES: Mapping[str, Callable[[object], Iterator[ConfigIssue]]] = {
+    "health": health_issues,
+    "logging": logging_issues,
+    "metricEmission": metric_emission_issues,
+}
+
+
+def _secret_issues(document: Mapping[str, Any]) -> Iterator[ConfigIssue]:
+    for parts, obj in secret_objects(document):
+        extra = sorted(set(obj) - {SECRET_KEY, FIELD_KEY})
+        for key in extra:
+            yield ConfigIssue(
+                json_path((*parts, key)),
+                f'unknown key in a $secret reference (allowed: "{SECRET_KEY}", "{FIELD_KEY}")',
+            )
+        name = obj[SECRET_KEY]
+        if not isinstance(name, str) or not name:
+            yield ConfigIssue(
+                json_path((*parts, SECRET_KEY)), "must be a non-empty string: the vault secret name"
+            )
+        if FIELD_KEY in obj and (not isinstance(obj[FIELD_KEY], str) or not obj[FIELD_KEY]):
+            yield ConfigIssue(
+                json_path((*parts, FIELD_KEY)), "must be a non-empty string: a field of the secret"
+            )
+    if document.get("credentials") is None:
+        for path, _ in find_secret_refs(document):
+            yield ConfigIssue(
+                path,
+                "is a $secret reference, which needs the credentials section "
+                "(the encrypted vault it resolves from)",
+            )
