@@ -1,17 +1,15 @@
-"""The transport's buffered reads: bursts, large messages and the paho hooks they rely on."""
+"""The transport's buffered reads against a broker: bursts and large messages (the paho hooks
+they rely on are tested in test_paho_adapter.py)."""
 
 from __future__ import annotations
 
-import inspect
-
-import paho.mqtt.client as paho
 import pytest
 
 from tests.messaging.conftest import broker_config
 from tests.messaging.test_client import Inbox
 from unskit import MessageBuilder
 from unskit.messaging import QoS
-from unskit.messaging.mqtt import READ_BURST_PACKETS, READ_CHUNK_BYTES
+from unskit.messaging.paho_adapter import READ_BURST_PACKETS, READ_CHUNK_BYTES
 
 
 @pytest.mark.parametrize("qos", [QoS.AT_MOST_ONCE, QoS.AT_LEAST_ONCE])
@@ -47,12 +45,3 @@ def test_a_message_larger_than_the_read_buffer_arrives_intact(broker, make_clien
     client.publish(f"{topic_root}/gw/c/data/small", small)
     got = inbox.wait_for(2)
     assert [m for _, m in got] == [big, small]
-
-
-def test_paho_still_has_the_private_hooks_the_buffered_reads_override():
-    # The override of `_sock_recv` and of `loop_read`'s body leans on these; a paho release
-    # that renames them fails here rather than in the field.
-    for name in ("_sock_recv", "_packet_read", "_loop_rc_handle", "loop_write", "loop_misc"):
-        assert callable(getattr(paho.Client, name, None)), name
-    assert list(inspect.signature(paho.Client._sock_recv).parameters) == ["self", "bufsize"]
-    assert "self._sock_recv(" in inspect.getsource(paho.Client._packet_read)

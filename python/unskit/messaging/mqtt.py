@@ -1,4 +1,4 @@
-"""The MQTT transport over paho-mqtt: the only module that imports paho."""
+"""The MQTT transport over paho-mqtt's public API; paho's internals stay in `paho_adapter`."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersi
 from unskit.config.model import BrokerConfig
 from unskit.config.secrets import SecretResolver, resolve_value
 from unskit.errors import MessagingError, PublishError
+from unskit.messaging.paho_adapter import BufferedClient, unacknowledged
 from unskit.messaging.transport import LinkCallback, MessageCallback, QoS
 
 __all__ = ["MAX_QUEUED_MESSAGES", "MqttTransport"]
@@ -34,54 +35,6 @@ KEEPALIVE_SECS = 30
 # gateways does not reconnect in lockstep after a broker restart.
 BACKOFF_BASE_SECS = 0.5
 BACKOFF_MAX_SECS = 30.0
-# One recv() fills a buffer that paho's packet reader then takes from; paho alone makes two
-# or three recv() calls per packet and goes back to select() after each packet.
-READ_CHUNK_BYTES = 64 * 1024
-# Packets read between servicing writes (acknowledgements) and keepalive in a long burst.
-READ_BURST_PACKETS = 1_000
-
-
-class _BufferedClient(paho.Client):
-    """paho's client with buffered reads: one recv() per 64 KiB instead of per packet field,
-    and every buffered packet handled before the loop returns to select().
-
-    It overrides two of paho's private methods (`_sock_recv`, and `loop_read`'s body); the
-    pin `paho-mqtt<2.3` and the transport tests guard them (docs/decisions.md)."""
-
-    _read_sock: object = None
-    _read_buffer: bytes = b""
-    _read_pos = 0
-
-    def _sock_recv(self, bufsize: int) -> bytes:
-        sock = self._sock
-        if sock is not self._read_sock:  # a new connection starts with an empty buffer
-            self._read_sock, self._read_buffer, self._read_pos = sock, b"", 0
-        buffer, pos = self._read_buffer, self._read_pos
-        if pos >= len(buffer):
-            buffer = super()._sock_recv(READ_CHUNK_BYTES)  # BlockingIOError when drained
-            if not buffer:
-                return buffer  # end of stream
-            pos = 0
-        end = pos + bufsize
-        self._read_buffer, self._read_pos = buffer, end
-        return buffer[pos:end]
-
-    def loop_read(self, max_packets: int = 1) -> MQTTErrorCode:
-        # Reads until both the buffer and the socket are drained: select() cannot see what
-        # waits in our buffer, so returning earlier could strand packets until keepalive.
-        while True:
-            for _ in range(READ_BURST_PACKETS):
-                if self._sock is None:
-                    return MQTTErrorCode.MQTT_ERR_NO_CONN
-                rc = self._packet_read()
-                if rc > 0:
-                    return self._loop_rc_handle(rc)
-                if rc == MQTTErrorCode.MQTT_ERR_AGAIN:
-                    return MQTTErrorCode.MQTT_ERR_SUCCESS
-            # A flood must not starve our acknowledgements or the keepalive.
-            rc = self.loop_write() or self.loop_misc()
-            if rc:
-                return rc
 
 
 class MqttTransport:
@@ -130,7 +83,7 @@ class MqttTransport:
         """Resolves credentials, then connects and reconnects in paho's network thread."""
         self._on_message, self._on_link = on_message, on_link
         config = self._config
-        client = _BufferedClient(
+        client = BufferedClient(
             CallbackAPIVersion.VERSION2,
             client_id=config.client_id,
             # A stable client id gets a persistent session: QoS 1/2 messages published to
@@ -239,7 +192,7 @@ class MqttTransport:
     def publish_backlog(self) -> int:
         """QoS 1/2 publishes the broker has not acknowledged yet, queued ones included."""
         client = self._client
-        return 0 if client is None else _unacknowledged(client)
+        return 0 if client is None else unacknowledged(client)
 
     def publish_failures(self) -> int:
         """Publishes lost so far: QoS 0 ones dropped while down, and refused ones."""
@@ -262,7 +215,7 @@ class MqttTransport:
         # paho's on_publish callback would tell us each acknowledgement, but setting it
         # costs a third of QoS 0 throughput; at shutdown a short bounded poll is cheaper.
         pause = threading.Event()
-        while (pending := _unacknowledged(client)) and self._connected:
+        while (pending := unacknowledged(client)) and self._connected:
             remaining = deadline - self._clock()
             if remaining <= 0:
                 break
@@ -375,12 +328,6 @@ class MqttTransport:
     def _handle_message(self, _c: paho.Client, _u: Any, message: paho.MQTTMessage) -> None:
         if self._on_message is not None:
             self._on_message(message.topic, message.payload)
-
-
-def _unacknowledged(client: paho.Client) -> int:
-    # paho keeps QoS 1/2 messages in _out_messages until their acknowledgement (or while
-    # the link is down); it offers no public count of them.
-    return len(client._out_messages)
 
 
 def _set_nodelay(_client: paho.Client, _userdata: Any, sock: Any) -> None:

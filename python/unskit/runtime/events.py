@@ -21,12 +21,13 @@ Alarm body (message name ``Alarm``, version ``1.0``)::
 from __future__ import annotations
 
 import enum
+import functools
 import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from unskit.envelope import EnvelopeStamp, Message, MessageBuilder
 from unskit.topics import TopicScope, validate_token
@@ -112,6 +113,34 @@ class _ActiveAlarm:
     context: dict[str, Any] = field(default_factory=dict)
 
 
+class _EmitAt(Protocol):
+    def __call__(
+        self,
+        event_type: str,
+        context: Mapping[str, Any] | None = None,
+        *,
+        instance: str | None = None,
+    ) -> Message: ...
+
+
+class _AtSeverity:
+    """`Events.debug` to `Events.critical`: `Events.emit` at one severity."""
+
+    def __init__(self, severity: Severity) -> None:
+        self._severity = severity
+        article = "an" if severity.value[0] in "aeiou" else "a"
+        self.__doc__ = f"Publishes {article} {severity.value} event."
+
+    @overload
+    def __get__(self, events: None, owner: type[Events]) -> _AtSeverity: ...
+    @overload
+    def __get__(self, events: Events, owner: type[Events]) -> _EmitAt: ...
+    def __get__(self, events: Events | None, owner: type[Events]) -> _AtSeverity | _EmitAt:
+        if events is None:
+            return self
+        return functools.partial(events.emit, self._severity)
+
+
 class Events:
     """Publishes a component's events and keeps its alarms' raised/cleared state."""
 
@@ -145,55 +174,11 @@ class Events:
         self._publisher.publish(topic, message)
         return message
 
-    def debug(
-        self,
-        event_type: str,
-        context: Mapping[str, Any] | None = None,
-        *,
-        instance: str | None = None,
-    ) -> Message:
-        """Publishes a debug event."""
-        return self.emit(Severity.DEBUG, event_type, context, instance=instance)
-
-    def info(
-        self,
-        event_type: str,
-        context: Mapping[str, Any] | None = None,
-        *,
-        instance: str | None = None,
-    ) -> Message:
-        """Publishes an info event."""
-        return self.emit(Severity.INFO, event_type, context, instance=instance)
-
-    def warning(
-        self,
-        event_type: str,
-        context: Mapping[str, Any] | None = None,
-        *,
-        instance: str | None = None,
-    ) -> Message:
-        """Publishes a warning event."""
-        return self.emit(Severity.WARNING, event_type, context, instance=instance)
-
-    def error(
-        self,
-        event_type: str,
-        context: Mapping[str, Any] | None = None,
-        *,
-        instance: str | None = None,
-    ) -> Message:
-        """Publishes an error event."""
-        return self.emit(Severity.ERROR, event_type, context, instance=instance)
-
-    def critical(
-        self,
-        event_type: str,
-        context: Mapping[str, Any] | None = None,
-        *,
-        instance: str | None = None,
-    ) -> Message:
-        """Publishes a critical event."""
-        return self.emit(Severity.CRITICAL, event_type, context, instance=instance)
+    debug = _AtSeverity(Severity.DEBUG)
+    info = _AtSeverity(Severity.INFO)
+    warning = _AtSeverity(Severity.WARNING)
+    error = _AtSeverity(Severity.ERROR)
+    critical = _AtSeverity(Severity.CRITICAL)
 
     def raise_alarm(
         self,

@@ -1,0 +1,80 @@
+"""paho-mqtt's internals, in one place: buffered reads and the count of unacknowledged publishes.
+
+The transport (`messaging/mqtt.py`) uses paho's public API plus this module's surface
+(`BufferedClient`, `unacknowledged`). Every private paho name unskit touches is in
+`PAHO_PRIVATE_NAMES` and used only here. They were checked against paho-mqtt 2.1.0 and 2.2.0,
+hence the pin `paho-mqtt>=2.1,<2.3`; tests/messaging/test_paho_adapter.py has a test per name,
+so a release that moves one fails there rather than misbehaving in the field.
+"""
+
+from __future__ import annotations
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import MQTTErrorCode
+
+__all__ = [
+    "PAHO_PRIVATE_NAMES",
+    "READ_BURST_PACKETS",
+    "READ_CHUNK_BYTES",
+    "BufferedClient",
+    "unacknowledged",
+]
+
+#: The private attributes and methods of `paho.Client` this module relies on.
+PAHO_PRIVATE_NAMES = ("_sock", "_sock_recv", "_packet_read", "_loop_rc_handle", "_out_messages")
+
+# One recv() fills a buffer that paho's packet reader then takes from; paho alone makes two
+# or three recv() calls per packet and goes back to select() after each packet.
+READ_CHUNK_BYTES = 64 * 1024
+# Packets read between servicing writes (acknowledgements) and keepalive in a long burst.
+READ_BURST_PACKETS = 1_000
+
+
+class BufferedClient(paho.Client):
+    """paho's client with buffered reads: one recv() per 64 KiB instead of per packet field,
+    and every buffered packet handled before the loop returns to select().
+
+    It overrides paho's private `_sock_recv` and replaces `loop_read`'s body, which calls
+    `_packet_read` and `_loop_rc_handle` (docs/decisions.md, "Buffered reads under paho")."""
+
+    _read_sock: object = None
+    _read_buffer: bytes = b""
+    _read_pos = 0
+
+    def _sock_recv(self, bufsize: int) -> bytes:
+        sock = self._sock
+        if sock is not self._read_sock:  # a new connection starts with an empty buffer
+            self._read_sock, self._read_buffer, self._read_pos = sock, b"", 0
+        buffer, pos = self._read_buffer, self._read_pos
+        if pos >= len(buffer):
+            buffer = super()._sock_recv(READ_CHUNK_BYTES)  # BlockingIOError when drained
+            if not buffer:
+                return buffer  # end of stream
+            pos = 0
+        end = pos + bufsize
+        self._read_buffer, self._read_pos = buffer, end
+        return buffer[pos:end]
+
+    def loop_read(self, max_packets: int = 1) -> MQTTErrorCode:
+        # Reads until both the buffer and the socket are drained: select() cannot see what
+        # waits in our buffer, so returning earlier could strand packets until keepalive.
+        while True:
+            for _ in range(READ_BURST_PACKETS):
+                if self._sock is None:
+                    return MQTTErrorCode.MQTT_ERR_NO_CONN
+                rc = self._packet_read()
+                if rc > 0:
+                    return self._loop_rc_handle(rc)
+                if rc == MQTTErrorCode.MQTT_ERR_AGAIN:
+                    return MQTTErrorCode.MQTT_ERR_SUCCESS
+            # A flood must not starve our acknowledgements or the keepalive.
+            rc = self.loop_write() or self.loop_misc()
+            if rc:
+                return rc
+
+
+def unacknowledged(client: paho.Client) -> int:
+    """QoS 1/2 publishes the broker has not acknowledged yet, queued ones included."""
+    # paho keeps them in _out_messages until their acknowledgement (or while the link is
+    # down); it offers no public count of them.
+    return len(client._out_messages)

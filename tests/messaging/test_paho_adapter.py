@@ -1,0 +1,201 @@
+"""paho's internals behind `messaging/paho_adapter.py`: one test per private name it uses, and
+the confinement (nothing else in unskit reaches past paho's public API).
+
+Unit tests over a socketpair: paho reads and writes it as it would a broker's TCP socket."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import paho.mqtt.client as paho
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
+
+import unskit
+from unskit.messaging import paho_adapter
+from unskit.messaging.paho_adapter import (
+    PAHO_PRIVATE_NAMES,
+    READ_CHUNK_BYTES,
+    BufferedClient,
+    unacknowledged,
+)
+
+PINGRESP = b"\xd0\x00"
+# The adapter's own state on the client: it must not shadow anything of paho's.
+ADAPTER_ATTRIBUTES = ("_read_sock", "_read_buffer", "_read_pos")
+PACKAGE = Path(unskit.__file__).parent
+
+
+class RecordingSocket:
+    """The client's end of a socketpair, recording the size of every recv()."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.recv_sizes: list[int] = []
+
+    def recv(self, bufsize: int) -> bytes:
+        self.recv_sizes.append(bufsize)
+        return self.sock.recv(bufsize)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.sock, name)
+
+
+@pytest.fixture
+def wired() -> Iterator[tuple[BufferedClient, RecordingSocket, socket.socket]]:
+    """A BufferedClient whose socket is one end of a socketpair; the test holds the other."""
+    ours, broker = socket.socketpair()
+    ours.setblocking(False)
+    client = BufferedClient(CallbackAPIVersion.VERSION2, client_id="adapter-test")
+    recording = RecordingSocket(ours)
+    client._sock = recording
+    try:
+        yield client, recording, broker
+    finally:
+        broker.close()
+        ours.close()
+
+
+def handled_pingresps(client: paho.Client) -> list[str]:
+    logs: list[str] = []
+    client.on_log = lambda _c, _u, _level, text: logs.append(text)
+    return logs
+
+
+def test_every_private_name_has_its_test():
+    tested = {
+        name.removeprefix("test_private_").split("__")[0]
+        for name, value in globals().items()
+        if name.startswith("test_private_") and callable(value)
+    }
+    assert tested == {name.lstrip("_") for name in PAHO_PRIVATE_NAMES}
+
+
+def test_private_sock__is_the_socket_paho_reads_or_none(wired):
+    assert paho.Client(CallbackAPIVersion.VERSION2)._sock is None
+    client, recording, broker = wired
+    assert client._sock is recording
+    broker.close()  # link lost: paho closes the socket and forgets it
+    assert client.loop_read() == MQTTErrorCode.MQTT_ERR_CONN_LOST
+    assert client._sock is None
+
+
+def test_private_sock_recv__is_paho_s_one_read_and_the_adapter_fills_a_buffer_per_call(wired):
+    parameters = inspect.signature(paho.Client._sock_recv).parameters
+    assert list(parameters) == ["self", "bufsize"]
+    assert "self._sock_recv(" in inspect.getsource(paho.Client._packet_read)
+    client, recording, broker = wired
+    logs = handled_pingresps(client)
+    broker.sendall(PINGRESP * 3)
+    assert client.loop_read() == MQTTErrorCode.MQTT_ERR_SUCCESS
+    # Six one-byte reads by paho, served by one recv() with data and one finding none left.
+    assert recording.recv_sizes == [READ_CHUNK_BYTES, READ_CHUNK_BYTES]
+    assert logs.count("Received PINGRESP") == 3
+
+
+def test_private_packet_read__reads_one_packet_or_reports_again(wired):
+    assert list(inspect.signature(paho.Client._packet_read).parameters) == ["self"]
+    client, _recording, broker = wired
+    logs = handled_pingresps(client)
+    broker.sendall(PINGRESP * 2)
+    assert client._packet_read() == MQTTErrorCode.MQTT_ERR_SUCCESS
+    assert logs.count("Received PINGRESP") == 1
+    assert client._packet_read() == MQTTErrorCode.MQTT_ERR_SUCCESS
+    assert client._packet_read() == MQTTErrorCode.MQTT_ERR_AGAIN
+    assert logs.count("Received PINGRESP") == 2
+
+
+def test_private_loop_rc_handle__closes_a_lost_link_and_returns_the_code(wired):
+    assert list(inspect.signature(paho.Client._loop_rc_handle).parameters) == ["self", "rc"]
+    client, _recording, _broker = wired
+    lost: list[object] = []
+    client.on_disconnect = lambda *args: lost.append(args)
+    rc = client._loop_rc_handle(MQTTErrorCode.MQTT_ERR_CONN_LOST)
+    assert rc == MQTTErrorCode.MQTT_ERR_CONN_LOST
+    assert client._sock is None
+    assert len(lost) == 1
+
+
+def test_private_out_messages__holds_qos1_publishes_until_their_puback(wired):
+    offline = paho.Client(CallbackAPIVersion.VERSION2)
+    offline.publish("t/a", b"1", 1)
+    offline.publish("t/b", b"2", 2)
+    offline.publish("t/c", b"3", 0)
+    assert unacknowledged(offline) == 2  # queued while down, QoS 0 never held
+    client, _recording, broker = wired
+    info = client.publish("t/d", b"4", 1)
+    assert unacknowledged(client) == 1
+    assert broker.recv(64)[0] >> 4 == 3  # the PUBLISH went out
+    broker.sendall(bytes([0x40, 2, info.mid >> 8, info.mid & 0xFF]))  # its PUBACK
+    assert client.loop_read() == MQTTErrorCode.MQTT_ERR_SUCCESS
+    assert unacknowledged(client) == 0
+
+
+def test_loop_read_is_the_read_entry_point_of_paho_s_own_loop():
+    # The adapter replaces loop_read's body; paho's network loop must still call it, with
+    # the same signature, and the public loop_write/loop_misc it services writes with.
+    assert "self.loop_read(" in inspect.getsource(paho.Client._loop)
+    ours = inspect.signature(BufferedClient.loop_read)
+    theirs = inspect.signature(paho.Client.loop_read)
+    assert list(ours.parameters) == list(theirs.parameters) == ["self", "max_packets"]
+    for name in ("loop_write", "loop_misc"):
+        assert list(inspect.signature(getattr(paho.Client, name)).parameters) == ["self"]
+
+
+def test_a_burst_larger_than_one_read_is_handled_in_one_loop_read(wired):
+    client, recording, broker = wired
+    logs = handled_pingresps(client)
+    count = READ_CHUNK_BYTES // len(PINGRESP) + 5
+    broker.sendall(PINGRESP * count)
+    assert client.loop_read() == MQTTErrorCode.MQTT_ERR_SUCCESS
+    assert logs.count("Received PINGRESP") == count
+    assert all(size == READ_CHUNK_BYTES for size in recording.recv_sizes)
+
+
+def test_the_adapter_state_shadows_nothing_of_paho():
+    client = paho.Client(CallbackAPIVersion.VERSION2)
+    source = inspect.getsource(paho.Client)
+    for name in ADAPTER_ATTRIBUTES:
+        assert not hasattr(client, name), name
+        assert name not in source, name
+
+
+def _private_attributes(path: Path) -> list[tuple[str, str]]:
+    """(object, attribute) for every `x._name` in a module, dunders aside."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        private = isinstance(node, ast.Attribute) and node.attr.startswith("_")
+        if private and not node.attr.startswith("__"):
+            found.append((ast.unparse(node.value), node.attr))
+    return found
+
+
+def test_the_adapter_uses_no_private_name_of_paho_beyond_its_list():
+    used = {attr for _, attr in _private_attributes(Path(paho_adapter.__file__))}
+    assert used <= {*PAHO_PRIVATE_NAMES, *ADAPTER_ATTRIBUTES}
+    assert set(PAHO_PRIVATE_NAMES) <= used  # the list names nothing stale
+
+
+def test_only_the_transport_and_the_adapter_import_paho():
+    importers = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(name == "paho" or name.startswith("paho.") for name in names):
+                importers.add(path.relative_to(PACKAGE).as_posix())
+    assert importers == {"messaging/mqtt.py", "messaging/paho_adapter.py"}
+
+
+def test_the_transport_touches_no_private_attribute_of_paho():
+    path = PACKAGE / "messaging" / "mqtt.py"
+    # Its own state only: every private attribute it reads is one of MqttTransport's.
+    assert {owner for owner, _ in _private_attributes(path)} == {"self"}
+    assert not {attr for _, attr in _private_attributes(path)} & set(PAHO_PRIVATE_NAMES)
