@@ -47,11 +47,13 @@ class CameraAdapter:
         )
         self.service = service
         service.start()
-        inbox = runtime.command_inbox(lambda: tuple(service.cameras))
+        inbox = runtime.command_inbox(service.sessions.names)
         for verb in CameraVerbs(service).verbs():
             inbox.register(verb)
         runtime.set_ready(True)
-        _log.info("%d cameras; images under %s", len(service.cameras), settings.storage.output_root)
+        _log.info(
+            "%d cameras; images under %s", len(service.sessions), settings.storage.output_root
+        )
 
     def drain(self) -> None:
         """Fails the backlog with COMPONENT_STOPPING and lets in-flight captures finish."""

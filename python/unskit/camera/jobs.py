@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -14,9 +14,11 @@ __all__ = [
     "BACKLOG",
     "IN_FLIGHT",
     "NON_TERMINAL",
+    "STAGES",
     "TERMINAL",
     "Job",
     "JobState",
+    "group_state",
     "new_id",
     "now_ms",
     "rfc3339",
@@ -52,6 +54,14 @@ PROGRESS = (
     JobState.ENCODING,
     JobState.PERSISTING,
 )
+#: The stage a failure is reported in, by the state the job was in.
+STAGES = {
+    JobState.ACCEPTED: "queue",
+    JobState.QUEUED: "queue",
+    JobState.ACQUIRING: "acquisition",
+    JobState.ENCODING: "encoding",
+    JobState.PERSISTING: "persistence",
+}
 
 
 def new_id(prefix: str) -> str:
@@ -111,3 +121,14 @@ class Job:
             "errorMessage": self.error_message,
             "result": dict(self.result) if self.result is not None else None,
         }
+
+
+def group_state(members: Sequence[Job]) -> str:
+    """COMPLETED, PARTIAL or FAILED once all members are terminal, else the laggard's state."""
+    live = [job.state for job in members if not job.terminal]
+    if live:
+        return min(live, key=PROGRESS.index).value
+    succeeded = sum(job.state is JobState.SUCCEEDED for job in members)
+    if succeeded == len(members):
+        return "COMPLETED"
+    return "PARTIAL" if succeeded else "FAILED"

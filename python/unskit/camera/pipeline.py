@@ -1,0 +1,179 @@
+"""The capture pipeline: one dispatcher per camera takes its queued captures in order and runs
+each through acquisition, encoding and persistence, within limits.maxConcurrentCaptures slots
+and the in-flight frame budget.
+
+Every step is committed to the catalog before the next begins; a step that finds its capture
+already terminal (timed out, cancelled, drained) stops without touching it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from unskit.camera.announcements import Announcer
+from unskit.camera.backends import Acquired
+from unskit.camera.bodies import sidecar
+from unskit.camera.catalog import Catalog
+from unskit.camera.codec import encode_jpeg, thumbnail
+from unskit.camera.config import CameraSettings
+from unskit.camera.jobs import NON_TERMINAL, STAGES, JobState, now_ms
+from unskit.camera.outcomes import Outcomes
+from unskit.camera.pending import PendingCapture, PendingCaptures
+from unskit.camera.sessions import CameraSession
+from unskit.camera.storage import Storage
+from unskit.commands.codes import ErrorCode
+from unskit.errors import CaptureError
+
+__all__ = ["CapturePipeline"]
+
+_log = logging.getLogger(__name__)
+
+
+class CapturePipeline:
+    """Runs queued captures: acquire from the camera, encode, persist, settle."""
+
+    def __init__(
+        self,
+        settings: CameraSettings,
+        *,
+        pending: PendingCaptures,
+        outcomes: Outcomes,
+        catalog: Catalog,
+        storage: Storage,
+        announcer: Announcer,
+        stopping: threading.Event,
+        ipc: bool,
+    ) -> None:
+        self._settings = settings
+        self._pending = pending
+        self._outcomes = outcomes
+        self._catalog = catalog
+        self._storage = storage
+        self._announcer = announcer
+        self._stopping = stopping
+        self._ipc = ipc
+        self._slots = threading.BoundedSemaphore(settings.limits.max_concurrent_captures)
+
+    def dispatch(self, session: CameraSession) -> None:
+        """A camera's dispatcher: runs its queued captures one at a time, until the stop."""
+        queue = self._pending.queues[session.instance]
+        while True:
+            capture = queue.take(self._stopping)
+            if capture is None:
+                return
+            if capture.done:
+                continue
+            remaining = capture.deadline - time.monotonic()
+            if not self._slots.acquire(timeout=max(remaining, 0.0)):
+                continue  # the deadline watchdog fails it
+            try:
+                if self._pending.hold_budget(capture, self._stopping):
+                    self._process(session, capture)
+            except Exception:
+                _log.exception("capture %s failed unexpectedly", capture.job.capture_id)
+                self._outcomes.fail(
+                    capture,
+                    CaptureError(
+                        ErrorCode.BACKEND_ERROR,
+                        STAGES.get(capture.job.state, "acquisition"),
+                        "internal error; see the log",
+                    ),
+                )
+            finally:
+                self._slots.release()
+
+    def _advance(self, capture: PendingCapture, to: JobState) -> bool:
+        with capture.lock:
+            if capture.done:
+                return False
+            self._catalog.advance(capture.job.capture_id, to, NON_TERMINAL)
+            capture.job.state = to
+            return True
+
+    def _process(self, session: CameraSession, capture: PendingCapture) -> None:
+        job = capture.job
+        assert session.backend is not None
+        if not self._advance(capture, JobState.ACQUIRING):
+            return
+        capture.marks["acquisitionStarted"] = now_ms()
+        self._announcer.lifecycle("info", "capture-started", job, captureMode=job.capture_mode)
+        try:
+            acquired = session.backend.grab(capture.deadline, capture.abandon)
+        except CaptureError as error:
+            session.record_error(error.message)
+            self._outcomes.fail(capture, error)
+            return
+        session.record_success()
+        capture.marks["acquired"] = now_ms()
+        if not self._advance(capture, JobState.ENCODING):
+            return
+        data = self._encode(capture, acquired)
+        if data is None or not self._advance(capture, JobState.PERSISTING):
+            return
+        self._persist(session, capture, acquired, data)
+
+    def _encode(self, capture: PendingCapture, acquired: Acquired) -> bytes | None:
+        """The image to store (and the thumbnail), or None when the capture failed."""
+        profile = self._settings.profiles[capture.job.profile]
+        try:
+            if acquired.encoded is not None and profile.store_as_received:
+                data = acquired.encoded
+            else:
+                data = encode_jpeg(acquired.frame, profile.quality)
+            if profile.thumbnail_size is not None:
+                # The edge-runtime IPC bus carries only the small size.
+                size = "small" if self._ipc else profile.thumbnail_size
+                capture.thumbnail = thumbnail(acquired.frame, size)
+        except ValueError as error:
+            self._outcomes.fail(
+                capture,
+                CaptureError(ErrorCode.UNSUPPORTED_PIXEL_FORMAT, "encoding", str(error)),
+                acquired,
+            )
+            return None
+        capture.marks["encoded"] = now_ms()
+        return data
+
+    def _persist(
+        self, session: CameraSession, capture: PendingCapture, acquired: Acquired, data: bytes
+    ) -> None:
+        job = capture.job
+        meta = None
+        if self._settings.storage.sidecar:
+            meta = sidecar(job, capture.marks, acquired, data, session.camera_block())
+        try:
+            staged = self._storage.stage(
+                job.camera, job.capture_id, data, "jpg", meta, job.accepted_ms
+            )
+        except CaptureError as error:
+            self._outcomes.fail(capture, error, acquired)
+            return
+        failure: CaptureError | None = None
+        with capture.lock:
+            if capture.done:
+                self._storage.discard(staged)
+                return
+            try:
+                self._storage.install(staged)
+            except CaptureError as error:
+                failure = error
+            else:
+                capture.marks["persisted"] = now_ms()
+                image = {
+                    "absolutePath": str(staged.image_path),
+                    "relativePath": staged.relative_path,
+                    "fileUri": staged.image_path.as_uri(),
+                    "contentType": "image/jpeg",
+                    "encoding": "jpeg",
+                    "bytes": staged.size,
+                    "sha256": staged.sha256,
+                }
+                if staged.sidecar_relative_path is not None:
+                    image["metadataSidecarRelativePath"] = staged.sidecar_relative_path
+                self._outcomes.settle_locked(capture, JobState.SUCCEEDED, acquired, image=image)
+        if failure is not None:
+            self._outcomes.fail(capture, failure, acquired)
+            return
+        self._outcomes.after_settle(capture)
