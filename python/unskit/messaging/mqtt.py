@@ -37,6 +37,18 @@ BACKOFF_BASE_SECS = 0.5
 BACKOFF_MAX_SECS = 30.0
 
 
+class _ClosingSSLSocket(ssl.SSLSocket):
+    """Closes itself when the handshake fails: paho drops such a socket unclosed, one per
+    reconnect attempt to a broker whose certificate is refused."""
+
+    def do_handshake(self, block: bool = False) -> None:
+        try:
+            super().do_handshake(block)
+        except BaseException:
+            self.close()
+            raise
+
+
 class MqttTransport:
     """One MQTT broker link: TLS keyed on caPath, jittered reconnects, filters restored."""
 
@@ -121,6 +133,7 @@ class MqttTransport:
             # Fail closed: the broker's certificate and host name are always checked.
             context.check_hostname = True
             context.verify_mode = ssl.CERT_REQUIRED
+            context.sslsocket_class = _ClosingSSLSocket
             if mutual:
                 context.load_cert_chain(creds.cert_path, creds.key_path)  # type: ignore[arg-type]
             client.tls_set_context(context)
