@@ -66,6 +66,9 @@ def held_lock(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
     if holder.poll() is None:
         holder.kill()
     holder.wait(10)
+    for pipe in (holder.stdin, holder.stdout):
+        if pipe is not None:
+            pipe.close()
 
 
 def test_a_held_lock_is_waited_for_and_said_so(held_lock) -> None:
@@ -86,6 +89,9 @@ def test_a_held_lock_is_waited_for_and_said_so(held_lock) -> None:
         if waiter.poll() is None:
             waiter.kill()
             waiter.wait(10)
+        for pipe in (waiter.stdout, waiter.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def test_the_wait_is_bounded(held_lock) -> None:

@@ -14,6 +14,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.camera.conftest import sim
 from tests.support.adapter import framework_sections, inbox_answers
 from tests.support.mosquitto import Mosquitto
@@ -29,6 +31,7 @@ TOTAL = 300
 CAMERAS = ("cam-a", "cam-b", "cam-c")
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_loses_nothing_committed(
     broker: Mosquitto, tmp_path: Path
 ) -> None:

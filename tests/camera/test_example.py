@@ -21,6 +21,7 @@ from unskit.messaging import MessagingClient
 EXAMPLE = Path(__file__).parents[2] / "examples" / "camera-adapter.json"
 
 
+@pytest.mark.slow
 def test_the_example_runs_as_is(
     broker: Mosquitto, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -776,6 +776,7 @@ def test_a_deferred_capture_without_reply_to_is_reply_required(rig: Rig) -> None
     assert rig.call("capture-status", {"states": [s.value for s in JobState]})["jobs"] == []
 
 
+@pytest.mark.slow
 def test_stopping_fails_the_backlog_and_interrupts_what_runs(harness: CameraHarness) -> None:
     component = {"cameras": [sim("slow", latencyMs=60_000)]}
     document = harness.document(component)

@@ -111,6 +111,7 @@ def unskit_call(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_unskit_call_exit_codes(setup, tmp_path) -> None:
     config, client = setup
     with sample_process(config, tmp_path / "sample.log") as process:

@@ -258,6 +258,7 @@ def vault_files(tmp_path: Path) -> tuple[str, str]:
     return str(tmp_path / "vault.json"), str(key_file)
 
 
+@pytest.mark.slow
 def test_vault_put_list_get_round_trip(vault_files: tuple[str, str]) -> None:
     vault, key = vault_files
     common = ("--vault", vault, "--key-file", key)

@@ -35,6 +35,7 @@ def demo(output: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_the_demo_runs_the_stack_and_delivers_every_capture(tmp_path: Path) -> None:
     output = tmp_path / "out"
     result = demo(output, "--duration", "20")
@@ -75,6 +76,7 @@ def test_the_demo_runs_the_stack_and_delivers_every_capture(tmp_path: Path) -> N
     assert {p.stem for p in (output / "config").glob("*.json")} == set(COMPONENTS)
 
 
+@pytest.mark.slow
 def test_the_demo_can_use_an_existing_broker(broker: Mosquitto, tmp_path: Path) -> None:
     result = demo(tmp_path / "out", "--duration", "6", "--broker", f"127.0.0.1:{broker.plain_port}")
     assert result.returncode == 0, result.stdout + result.stderr

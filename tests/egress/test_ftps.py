@@ -84,6 +84,7 @@ def test_a_certificate_from_an_untrusted_ca_is_refused(harness: Harness, ftps: F
     assert (harness.source / "x.bin").exists()
 
 
+@pytest.mark.slow
 def test_a_corrupted_remote_copy_fails_verification_and_is_sent_again(
     harness: Harness, explicit: FtpsServer
 ):
@@ -137,6 +138,7 @@ def test_a_server_that_is_down_holds_only_its_own_delivery(
     assert not (harness.source / "f.bin").exists()
 
 
+@pytest.mark.slow
 def test_sigkill_mid_transfer_resumes_from_the_recorded_offset(
     broker: Mosquitto, explicit: FtpsServer, tmp_path: Path
 ):

@@ -91,6 +91,7 @@ def test_a_fresh_file_is_queued_only_once_it_has_settled(harness: Harness, tmp_p
     assert record.discovered_at >= mtime + 1.0
 
 
+@pytest.mark.slow
 def test_a_corrupted_copy_fails_verification_and_is_sent_again(harness: Harness, tmp_path):
     data = write_file(harness.source / "big.bin", 16 * MIB)
     out = tmp_path / "out"

@@ -11,6 +11,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.egress.conftest import MIB, write_file
 from tests.messaging.test_client import Inbox
 from tests.support.adapter import framework_sections
@@ -60,6 +62,7 @@ def progress(db: Path) -> tuple[int, int]:
     return (offset[0][0] if offset else 0, parts[0][0] if parts else 0)
 
 
+@pytest.mark.slow
 def test_sigkill_mid_transfer_resumes_each_destination(
     broker: Mosquitto, moto: MotoServer, bucket: str, tmp_path: Path
 ):

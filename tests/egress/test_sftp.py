@@ -98,6 +98,7 @@ def test_insecure_accept_any_host_key_connects_without_a_pin(
     assert (remote / "x.bin").read_bytes() == data
 
 
+@pytest.mark.slow
 def test_a_corrupted_remote_copy_fails_verification_and_is_sent_again(
     harness: Harness, sshd: Sshd, tmp_path: Path
 ):
@@ -197,6 +198,7 @@ def test_host_key_lines_parse_with_or_without_a_host_field(sshd: Sshd):
         parse_host_key("ssh-ed25519 not-base64")
 
 
+@pytest.mark.slow
 def test_sigkill_mid_transfer_resumes_from_the_recorded_offset(
     broker: Mosquitto, sshd: Sshd, tmp_path: Path
 ):

@@ -66,6 +66,7 @@ def test_broker_restart_reconnects_restores_subscriptions_and_delivers_queued(
     assert inbox.wait_for_uuids(everything) == everything
 
 
+@pytest.mark.slow
 def test_ten_thousand_concurrent_requests_leave_nothing_behind(broker, make_client, topic_root):
     topic = f"{topic_root}/gw/c/cmd/sb/echo"
     requester, _ = echo_pair(make_client, broker.plain_port, topic, max_concurrency=8)

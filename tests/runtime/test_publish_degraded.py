@@ -79,6 +79,7 @@ SCENARIOS = [
 
 
 @pytest.mark.parametrize(("kind", "qos", "count", "raised"), SCENARIOS)
+@pytest.mark.slow
 def test_publish_degraded_is_raised_and_cleared(
     own_broker: Mosquitto, tmp_path: Path, restore_root_logging: None, kind, qos, count, raised
 ) -> None:

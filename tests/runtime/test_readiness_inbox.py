@@ -60,6 +60,7 @@ def camera_config(folder: Path, broker_port: int, health_port: int) -> tuple[Pat
     return path, document["topic"]["root"]
 
 
+@pytest.mark.slow
 def test_a_request_sent_the_moment_readiness_turns_200_is_answered(
     broker: Mosquitto, tmp_path: Path
 ) -> None:
