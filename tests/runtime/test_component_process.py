@@ -274,3 +274,45 @@ def test_a_stop_signal_while_a_log_line_is_written_drains_and_exits_zero(broker,
         stderr = process.stderr.read() if process.stderr else ""
     assert code == 0, stderr
     assert "shutdown: complete" in stderr
+
+
+def test_requests_sent_while_echo_is_down_are_answered_by_its_next_run(broker, tmp_path):
+    config = write_config(tmp_path, broker.plain_port, free_port())
+    document = json.loads(config.read_text())
+    # Its own session, so no other test's subscriptions or backlog mix in.
+    document["messaging"]["local"]["clientId"] = f"echo-{tmp_path.name}"
+    config.write_text(json.dumps(document))
+    topic = "uns/gw-01/echo/cmd/sb/echo"
+    client = MessagingClient(
+        MessagingConfig(
+            local=BrokerConfig(host="127.0.0.1", port=broker.plain_port, client_id="t-down")
+        )
+    ).start()
+    try:
+        assert client.wait_connected(10)
+        args = ("-c", str(config), "-t", "gw-01")
+        with echo_process(tmp_path / "first.log", *args) as first:
+            wait_until(lambda: _echoes(client, topic), 20, "the first run answering")
+            first.send_signal(signal.SIGTERM)
+            assert first.wait(30) == 0
+        # Sent while nothing runs: QoS 1, so the broker keeps them for echo's session.
+        bodies = [{"n": n} for n in range(3)]
+        futures = [
+            client.request(topic, MessageBuilder("Echo", "1.0").body(body).build(), timeout_secs=30)
+            for body in bodies
+        ]
+        assert not any(future.done() for future in futures)
+        with echo_process(tmp_path / "second.log", *args) as second:
+            assert [future.get(20).body for future in futures] == bodies
+            second.send_signal(signal.SIGTERM)
+            assert second.wait(30) == 0
+    finally:
+        client.close()
+
+
+def _echoes(client: MessagingClient, topic: str) -> bool:
+    request = MessageBuilder("Echo", "1.0").body({"ping": True}).build()
+    try:
+        return client.request(topic, request, timeout_secs=1).get(2).body == {"ping": True}
+    except Exception:
+        return False

@@ -63,9 +63,7 @@ class EchoComponent:
             _log.warning("echo: the reply to %s was not sent: %s", request.header.uuid, error)
 
     def drain(self) -> None:
-        """Stops answering; requests already queued are still answered by messaging's drain."""
-        if self._runtime is not None:
-            self._runtime.get_messaging().unsubscribe(
-                self._runtime.topics.topic("cmd", "sb", "echo")
-            )
+        """Logs the count; the subscription stays in the broker session, so requests sent
+        while echo is down are answered by its next run (messaging's drain answers the
+        ones already queued)."""
         _log.info("echo: answered %d requests", self.answered)
