@@ -110,7 +110,12 @@ class LogixSession(LogixDriver):
     """One EtherNet/IP session to a Logix-style target, tags defined from configuration."""
 
     def __init__(self, path: str, *, routed: bool) -> None:
-        super().__init__(path, init_tags=False, init_program_tags=False)
+        try:
+            super().__init__(path, init_tags=False, init_program_tags=False)
+        except PycommError as error:
+            # pycomm3 parses the path here (it refuses port 65535): a DeviceError leaves
+            # the instance retrying with lastError instead of ending its thread.
+            raise DeviceError(f"{path}: {_cause(error)}") from error
         #: Unconnected tag services go in Unconnected Send along the path's route (a slot).
         self.routed = routed
         #: The type code of the last valid read reply, by base tag name.
