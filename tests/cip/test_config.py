@@ -136,6 +136,11 @@ BAD_INSTANCES = [
         {**poll_instance("p"), "connection": {"endpoint": "h:70000"}},
         "$.component.instances[1].connection.endpoint",
     ),
+    (
+        "port 65535 (pycomm3 refuses it)",
+        {**poll_instance("p"), "connection": {"endpoint": "h:65535"}},
+        "$.component.instances[1].connection.endpoint",
+    ),
     ("poll without pollGroups", {"id": "p", "connection": {"endpoint": "h"}}, "pollGroups"),
     ("poll with io", {**poll_instance("p"), "io": push_instance()["io"]}, "instances[1].io"),
     ("push without io", {"id": "p", "mode": "push", "connection": {"endpoint": "h"}}, ".io"),

@@ -66,3 +66,11 @@ def test_the_class_is_found_after_the_component_level() -> None:
     assert uns_class(f"{ROOT}/camera-adapter/cam-top/app/image/captured") == "app"
     assert uns_class(f"{ROOT}/ethernet-ip-adapter/press-1/data/speed") == "data"
     assert uns_class(f"{ROOT}/file-egress/state/heartbeat") == "state"
+
+
+def test_an_instance_named_like_a_class_is_not_the_class() -> None:
+    assert uns_class(f"{ROOT}/file-egress/state/data/x") == "data"
+    assert uns_class(f"{ROOT}/ethernet-ip-adapter/data/evt/alarm") == "evt"
+    assert uns_class(f"{ROOT}/file-egress/metric/state/heartbeat") == "state"
+    # A class word deeper than the layout's class level is a name, not the class.
+    assert uns_class(f"{ROOT}/file-egress/sink/other/data") == "other"

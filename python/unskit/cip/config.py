@@ -43,7 +43,8 @@ TOKEN = "ethernet-ip-adapter"
 CIP_PORT = 44818
 CIP_TLS_PORT = 2221
 SCHEMA_FILE = "ethernet-ip-adapter.schema.json"
-_MAX_PORT = 65535
+#: pycomm3 refuses port 65535 when it parses the path (`port >= 65535`), so it is not usable.
+_MAX_PORT = 65534
 
 #: Built-in values, the last step of the precedence signal > group > device > global.
 BUILTIN_POLL_INTERVAL_MS = 5000

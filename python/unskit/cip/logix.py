@@ -110,7 +110,12 @@ class LogixSession(LogixDriver):
     """One EtherNet/IP session to a Logix-style target, tags defined from configuration."""
 
     def __init__(self, path: str, *, routed: bool) -> None:
-        super().__init__(path, init_tags=False, init_program_tags=False)
+        try:
+            super().__init__(path, init_tags=False, init_program_tags=False)
+        except PycommError as error:
+            # pycomm3 parses the path here (it refuses port 65535): a DeviceError leaves
+            # the instance retrying with lastError instead of ending its thread.
+            raise DeviceError(f"{path}: {_cause(error)}") from error
         #: Unconnected tag services go in Unconnected Send along the path's route (a slot).
         self.routed = routed
         #: The type code of the last valid read reply, by base tag name.
@@ -123,19 +128,28 @@ class LogixSession(LogixDriver):
         # connect_s bounds the TCP connect and each reply of the session set-up.
         self.socket_timeout = connect_s
         try:
-            if not self.open():
-                raise DeviceError("session not registered")
+            registered = self.open()
         except PycommError as error:
             self.close_quietly()
             raise DeviceError(_cause(error)) from error
+        if not registered:
+            # open() leaves the socket connected when the target refuses RegisterSession.
+            self.close_quietly()
+            raise DeviceError("session not registered")
         self.socket_timeout = request_s
         if self._sock is not None:
             self._sock.sock.settimeout(request_s)
 
     def release_connection(self) -> None:
         """Closes the CIP connection the session set-up may have opened (Forward Close)."""
-        if self._target_is_connected:
-            self._forward_close()
+        if not self._target_is_connected:
+            return
+        try:
+            _translated(self._forward_close)
+        except DeviceError:
+            # The caller has no session to close yet: a failed release must not leak one.
+            self.close_quietly()
+            raise
 
     def identity(self) -> Mapping[str, Any] | None:
         """The target's identity from List Identity on the open session."""

@@ -29,7 +29,7 @@ from unskit.envelope import Message
 from unskit.errors import UnskitError
 from unskit.messaging import MessagingClient
 from unskit.runtime.embedded_broker import EmbeddedBroker
-from unskit.topics import TOPIC_CLASSES
+from unskit.topics import topic_class
 
 __all__ = ["Supervisor", "add_demo_parser", "demo_main", "describe"]
 
@@ -106,11 +106,9 @@ class Tally:
 
 
 def uns_class(topic: str) -> str:
-    """The class level of a UNS topic: data, evt, cmd, state, metric, cfg, log or app."""
-    for level in topic.split("/")[3:]:
-        if level in TOPIC_CLASSES or level == "app":
-            return level
-    return "other"
+    """The class level of a UNS topic: data, evt, cmd, state, metric, cfg, log, app or other."""
+    # Read where the layout puts it, so an instance named like a class is not the class.
+    return topic_class(topic) or "other"
 
 
 class Supervisor:
