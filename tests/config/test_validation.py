@@ -653,3 +653,30 @@ def test_json_text_errors_do_not_echo_document_text() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_document(text, "c.json")
     assert "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ("heartbeat", "intervalSeconds"),
+        ("messaging", "requestTimeoutSeconds"),
+        ("commands", "idempotencyRetentionHours"),
+        ("commands", "cursorTtlSeconds"),
+    ],
+)
+def test_a_non_finite_number_is_refused_with_its_path(section: str, key: str, value: str):
+    document = patched({section: {key: 1.5}})
+    text = json.dumps(document).replace("1.5", value)
+    issues = _issues(text)
+    assert [str(i) for i in issues] == [
+        f"$.{section}.{key}: must be a finite number, not {float(value)!r}"
+    ]
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", ".NaN", ".Inf"])
+def test_a_non_finite_yaml_number_is_refused_anywhere(value: str):
+    text = "#yaml\n" + json.dumps(patched({"component": {"instances": [{"limit": 1.5}]}}))
+    issues = _issues(text.replace("1.5", value))
+    assert [i.path for i in issues] == ["$.component.instances[0].limit"]
+    assert "must be a finite number" in issues[0].message

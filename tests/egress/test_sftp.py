@@ -5,10 +5,13 @@ holding only its own delivery."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -327,3 +330,77 @@ def test_a_refused_key_falls_back_to_the_password(sshd: Sshd, tmp_path: Path):
             backend.connect()  # type: ignore[attr-defined]
     finally:
         backend.close()
+
+
+def _descendants(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError):  # ended meanwhile
+                continue
+            if parent == pid:
+                found += [int(entry.name), *_descendants(int(entry.name))]
+    return found
+
+
+def test_a_connection_lost_during_a_discard_does_not_end_the_worker(
+    harness: Harness, sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from unskit.egress.backends.sftp import SftpBackend
+    from unskit.egress.state import EgressState
+
+    data = write_file(harness.source / "v.bin", 2 * MIB)
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    # A recorded offset over a corrupted temporary copy: the resumed delivery fails
+    # verification, and the worker discards the copy.
+    (remote / "v.bin.part").write_bytes(b"\0" * MIB)
+    st = (harness.source / "v.bin").stat()
+    state = EgressState(tmp_path / "state" / "egress.sqlite3")
+    file_id = state.add_file("line-1", "v.bin", st.st_size, st.st_mtime_ns, ["sftp"])
+    state.save_offset(file_id, "sftp", MIB, MIB)
+    state.close()
+    before = set(_descendants(sshd.process.pid)) if sshd.process else set()
+    remove = SftpBackend._remove
+    lost: list[str] = []
+
+    def remove_as_the_server_dies(backend: SftpBackend, session: Any, path: str) -> None:
+        if lost:
+            remove(backend, session, path)
+            return
+        # This session's SFTP server process stops reading until the channel's send window
+        # is used up; the remove request then waits for window, and the server dies under
+        # it: paramiko's send finds the channel gone (EOFError).
+        assert sshd.process is not None
+        (server,) = [
+            p
+            for p in set(_descendants(sshd.process.pid)) - before
+            if b"internal-sftp" in Path(f"/proc/{p}/cmdline").read_bytes()
+        ]
+        os.kill(server, signal.SIGSTOP)
+        channel = session.get_channel()
+        while channel.out_window_size > 0:
+            channel.send(bytes(min(32768, channel.out_window_size)))
+        waiters = channel.out_buffer_cv._waiters  # the threads waiting for send window
+
+        def kill_once_waiting() -> None:
+            wait_until(lambda: len(waiters) > 0, 10, "the remove to wait for window")
+            lost.append(path)
+            os.kill(server, signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_once_waiting)
+        killer.start()
+        try:
+            remove(backend, session, path)
+        finally:
+            killer.join()
+
+    monkeypatch.setattr(SftpBackend, "_remove", remove_as_the_server_dies)
+    _, events = harness.start([sshd.destination(remote, id="sftp")])
+    wait_until(lambda: events.of("file-completed"), 30, "the delivery after the lost discard")
+    assert lost == [str(remote / "v.bin.part")]
+    assert "differs from the source" in events.of("verification-failed")[0]["error"]
+    assert (remote / "v.bin").read_bytes() == data
+    assert events.of("file-delivered")[0]["bytesSent"] == len(data)

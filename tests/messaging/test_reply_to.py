@@ -219,3 +219,74 @@ def test_reply_publishes_only_under_a_reply_prefix(broker, topic_root):
         for client in (plain, legacy):
             client.close(2)
         raw.close()
+
+
+class Recorder:
+    """A transport that records what it is asked to do and never connects."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+
+    def start(self, on_message: object, on_link: object) -> None:
+        self.calls.append(("start", None))
+
+    def publish(self, topic: str, payload: bytes, qos: object) -> None:
+        self.calls.append(("publish", topic))
+
+    def subscribe(self, topic_filters: object, qos: object) -> None:
+        self.calls.append(("subscribe", topic_filters))
+
+    def unsubscribe(self, topic_filters: object) -> None:
+        self.calls.append(("unsubscribe", topic_filters))
+
+    def is_connected(self) -> bool:
+        return False
+
+    def acknowledged(self, topic_filters: object) -> bool:
+        return False
+
+    def publish_backlog(self) -> int:
+        return 0
+
+    def publish_failures(self) -> int:
+        return 0
+
+    def close(self, timeout: float) -> None:
+        self.calls.append(("close", None))
+
+
+@pytest.mark.parametrize("northbound", [False, True])
+@pytest.mark.parametrize(
+    "reply_to", ["uns/gw/camera-adapter/cam-1/cmd/sb/pause", "lib/reply-", "lib/reply-#", "other/x"]
+)
+def test_a_request_with_a_reply_to_no_responder_answers_is_refused(reply_to: str, northbound: bool):
+    local, north = Recorder(), Recorder()
+    config = MessagingConfig(local=None, reply_topic_prefixes=("legacy/replies/",))
+    client = MessagingClient(config, local=local, northbound=north)  # type: ignore[arg-type]
+    request = client.request_northbound if northbound else client.request
+    message = MessageBuilder("Q", "1").reply_to(reply_to).build()
+    try:
+        with pytest.raises(ValueError, match="responders answer only under") as refused:
+            request("uns/gw/c/cmd/sb/go", message)
+        assert local.calls == north.calls == [], "nothing subscribed or published"
+    finally:
+        client.close(0)
+    assert repr(reply_to) in str(refused.value)
+    assert "'lib/reply-', 'legacy/replies/'" in str(refused.value)
+
+
+@pytest.mark.parametrize("reply_to", ["legacy/replies/a", "lib/reply-x"])
+def test_a_request_with_a_reply_topic_of_its_own_is_sent(reply_to: str):
+    local = Recorder()
+    config = MessagingConfig(local=None, reply_topic_prefixes=("legacy/replies/",))
+    client = MessagingClient(config, local=local)  # type: ignore[arg-type]
+    try:
+        message = MessageBuilder("Q", "1").reply_to(reply_to).build()
+        future = client.request("uns/gw/c/cmd/sb/go", message, 0)
+        assert future.reply_topic == reply_to
+        assert ("subscribe", [reply_to]) in local.calls
+        assert ("publish", "uns/gw/c/cmd/sb/go") in local.calls
+    finally:
+        client.close(0)

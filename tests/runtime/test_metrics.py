@@ -720,3 +720,16 @@ def test_reporter_survives_a_failing_emit(caplog):
 def test_reporter_interval_must_be_positive(interval):
     with pytest.raises(ValueError, match="interval"):
         MetricsReporter(MetricsRegistry(), RecordingEmitter(), interval)
+
+
+def test_a_shorter_interval_applies_at_once():
+    emitter = RecordingEmitter()
+    reporter = MetricsReporter(MetricsRegistry(), emitter, 3600)
+    reporter.start()
+    try:
+        reporter.set_interval(0.05)
+        # Not after the hour already being waited: two emits at the new cadence.
+        assert emitter.wait_for_calls(2)
+    finally:
+        reporter.stop(flush=False)
+    assert reporter.interval == 0.05

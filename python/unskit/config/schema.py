@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from importlib import resources
@@ -147,7 +148,10 @@ def validate_document(
     component_schema: Mapping[str, Any] | None = None,
 ) -> list[ConfigIssue]:
     """Every issue of a document: framework schema, component schema, cross-section rules."""
-    issues = _issues(_framework_validator().iter_errors(document), ())
+    # NaN and Infinity (Python's json and YAML's .nan/.inf read them) satisfy every numeric
+    # rule of JSON Schema; they are refused here, once, wherever they appear.
+    non_finite = list(_non_finite(document, ()))
+    issues = non_finite + _issues(_framework_validator().iter_errors(document), ())
     if not isinstance(document, Mapping):
         return issues
     component = document.get("component")
@@ -157,7 +161,19 @@ def validate_document(
     taken = {issue.path for issue in issues}
     rules = configuration_issues(document, platform)
     issues += [issue for issue in rules if not _under(issue.path, taken)]
-    return sorted(set(issues))
+    bad = {issue.path for issue in non_finite}
+    return sorted({issue for issue in issues if issue in non_finite or not _under(issue.path, bad)})
+
+
+def _non_finite(value: object, at: tuple[str | int, ...]) -> Iterator[ConfigIssue]:
+    if isinstance(value, float) and not math.isfinite(value):
+        yield ConfigIssue(json_path(at), f"must be a finite number, not {value!r}")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _non_finite(item, (*at, str(key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _non_finite(item, (*at, index))
 
 
 def _under(path: str, taken: set[str]) -> bool:

@@ -20,7 +20,7 @@ from unskit.messaging.reply_to import RefusalLog, ReplyRefusal, reply_refusal
 from unskit.messaging.requests import DeadlineTimer, RequestFuture
 from unskit.messaging.subscriptions import Handler
 from unskit.messaging.transport import QoS, Transport
-from unskit.topics import check_not_reserved, topic_matches_filter
+from unskit.topics import REPLY_TOPIC_PREFIX, check_not_reserved, topic_matches_filter
 
 __all__ = ["HOLD_MAX_MESSAGES", "LinkStats", "MessagingClient", "PublishStatus"]
 
@@ -164,6 +164,7 @@ class MessagingClient:
         """Sends `message` as a request; the future fails with RequestTimeoutError at the
         deadline (`timeout_secs`, else requestTimeoutSeconds; 0 means none)."""
         check_not_reserved(topic)
+        self._check_reply_to(message)
         return self._local.request(
             topic, message, timeout_secs, self._config.request_timeout_seconds
         )
@@ -173,9 +174,21 @@ class MessagingClient:
     ) -> RequestFuture:
         """`request` on the northbound broker."""
         check_not_reserved(topic)
+        self._check_reply_to(message)
         return self._require_northbound().request(
             topic, message, timeout_secs, self._config.request_timeout_seconds
         )
+
+    def _check_reply_to(self, message: Message) -> None:
+        # No responder answers outside the reply topics: such a request could only time out.
+        chosen = message.reply_to
+        refusal = None if chosen is None else reply_refusal(chosen, self._reply_prefixes)
+        if refusal is not None:
+            allowed = ", ".join(repr(p) for p in (REPLY_TOPIC_PREFIX, *self._reply_prefixes))
+            raise ValueError(
+                f"reply_to {chosen!r} is refused: {refusal.explanation}; responders answer "
+                f"only under {allowed} (messaging.replyTopicPrefixes)"
+            )
 
     def cancel_request(self, future: RequestFuture) -> None:
         """Cancels a pending local request; a settled one is left as it is."""

@@ -90,7 +90,8 @@ class SftpBackend(StreamedBackend[paramiko.SFTPClient]):
     """Delivers under `baseDir` on one SFTP server."""
 
     sdk_errors = (paramiko.SSHException, OSError, EOFError)
-    discard_errors = (OSError, paramiko.SSHException, ValueError)
+    # EOFError: paramiko's send on a channel the server closed (a lost connection).
+    discard_errors = (OSError, paramiko.SSHException, EOFError, ValueError)
 
     def __init__(self, settings: Mapping[str, Any], secrets: SecretResolver | None) -> None:
         self.insecure = bool(settings.get("insecureAcceptAnyHostKey", False))

@@ -37,6 +37,8 @@ class MetricsReporter:
         self._interval = float(interval_secs)
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._stop = threading.Event()
+        # Wakes the loop for stop() and for set_interval(), which applies at once.
+        self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         # Emits come from the loop and from emit_now(); one at a time keeps intervals whole.
@@ -64,6 +66,8 @@ class MetricsReporter:
                 return
             self._stop.set()
             thread = self._thread
+        with self._wake:
+            self._wake.notify_all()
         if thread is not None:
             thread.join(timeout)
         if flush:
@@ -71,10 +75,12 @@ class MetricsReporter:
         self._emitter.close()
 
     def set_interval(self, interval_secs: float) -> None:
-        """A new cadence, from the next emit on."""
+        """A new cadence, counted from the last emit: one already due is emitted at once."""
         if not is_number(interval_secs) or not interval_secs > 0:
             raise ValueError(f"the metrics interval must be positive; got {interval_secs!r}")
-        self._interval = float(interval_secs)
+        with self._wake:
+            self._interval = float(interval_secs)
+            self._wake.notify_all()
 
     @property
     def interval(self) -> float:
@@ -88,8 +94,18 @@ class MetricsReporter:
         return thread is not None and thread.is_alive()
 
     def _run(self) -> None:
-        # Event.wait with a timeout sleeps in the kernel and wakes at once on stop().
-        while not self._stop.wait(self._interval):
+        last = time.monotonic()
+        while True:
+            with self._wake:
+                # Re-reckoned on every wake, so a shorter interval set meanwhile counts.
+                while (
+                    not self._stop.is_set()
+                    and (left := last + self._interval - time.monotonic()) > 0
+                ):
+                    self._wake.wait(left)
+                if self._stop.is_set():
+                    return
+            last = time.monotonic()
             self._safe_emit()
 
     def _safe_emit(self) -> None:
