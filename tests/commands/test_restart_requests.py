@@ -1,6 +1,7 @@
 """Requests that wait for the inbox: the ones a persistent session kept while the component
 was down are handled in order once its verbs are registered, and a request past its deadline
-(header timestamp + messaging.requestTimeoutSeconds) is refused unrun with DEVICE_UNAVAILABLE.
+(its sender's, carried in the lib-deadline-ms tag; without one, header timestamp +
+messaging.requestTimeoutSeconds) is refused unrun with DEVICE_UNAVAILABLE.
 Real Mosquitto, the sample component run in-process twice on one broker session."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from unskit.config import ConfigLoader
 from unskit.envelope import MessageBuilder
 from unskit.errors import CommandError
 from unskit.messaging import MessagingClient, RequestFuture
+from unskit.messaging.requests import DEADLINE_TAG
 from unskit.runtime.component import Runtime
 
 MINUTE_MS = 60_000
@@ -36,15 +38,19 @@ def stamped(
     body: dict[str, Any],
     age_ms: int,
     instance: str | None = "cam-1",
+    sender_deadline: str | None = None,
 ) -> RequestFuture:
-    """Sends a request whose header says it was built `age_ms` ago."""
+    """Sends a request whose header says it was built `age_ms` ago, carrying `sender_deadline`
+    as its deadline tag (sent without a deadline of its own, so the tag is the one given)."""
     request = (
         MessageBuilder(REQUEST_NAME, "1.0")
         .timestamp_ms(int(time.time() * 1000) - age_ms)
         .body(body)
         .build()
     )
-    return client.messaging.request(client.topic(verb, instance), request, timeout_secs=60)
+    if sender_deadline is not None:
+        request.inject_tag(DEADLINE_TAG, sender_deadline)
+    return client.messaging.request(client.topic(verb, instance), request, timeout_secs=0)
 
 
 def code_of(future: RequestFuture) -> str:
@@ -146,3 +152,49 @@ def test_the_deadline_applies_to_every_request(
     future = stamped(sample.client, "set-point", {"requestId": "r", "value": 1}, age_ms)
     assert code_of(future) == expected
     assert sample.app.executions.get("set-point/cam-1", 0) == (1 if expected == "OK" else 0)
+
+
+def _in(seconds: float) -> str:
+    return str(int((time.time() + seconds) * 1000))
+
+
+# (component's requestTimeoutSeconds, age by the header, the sender's deadline tag, outcome)
+SENDER_DEADLINES = [
+    pytest.param(30, 35_000, lambda: _in(60), "OK", id="sender-waits-longer-than-the-default"),
+    pytest.param(30, 0, lambda: _in(-1), "DEVICE_UNAVAILABLE", id="sender-gave-up"),
+    pytest.param(0, 0, lambda: _in(-1), "DEVICE_UNAVAILABLE", id="sender-gave-up-default-off"),
+    pytest.param(30, 35_000, lambda: "soon", "DEVICE_UNAVAILABLE", id="malformed-tag-default"),
+    pytest.param(30, 0, lambda: "-5", "OK", id="negative-tag-ignored"),
+    pytest.param(30, 0, lambda: "9" * 40, "OK", id="huge-tag-ignored"),
+]
+
+
+@pytest.mark.parametrize(("timeout_s", "age_ms", "tag", "expected"), SENDER_DEADLINES)
+def test_the_senders_own_deadline_wins(
+    start_sample, broker, tmp_path, timeout_s, age_ms, tag, expected
+) -> None:
+    document = sample_document(broker.plain_port, tmp_path / "state", ["cam-1"])
+    document["messaging"]["requestTimeoutSeconds"] = timeout_s
+    sample: Sample = start_sample(document=document)
+    body = {"requestId": "r", "value": 1}
+    future = stamped(sample.client, "set-point", body, age_ms, sender_deadline=tag())
+    assert code_of(future) == expected
+    assert sample.app.executions.get("set-point/cam-1", 0) == (1 if expected == "OK" else 0)
+
+
+def test_a_request_carries_its_senders_deadline(broker) -> None:
+    messaging = connected_client(broker.plain_port, request_timeout_s=60)
+    seen: list[dict[str, str]] = []
+    try:
+        topic = f"t-{uuid.uuid4().hex[:8]}/cmd/sb/ping"
+        messaging.subscribe(topic, lambda _t, message: seen.append(message.tags))
+        before = time.time()
+        messaging.request(topic, MessageBuilder("Ping", "1").build(), timeout_secs=45)
+        messaging.request(topic, MessageBuilder("Ping", "1").build(), timeout_secs=0)
+        wait_until(lambda: len(seen) == 2, 10, "both requests")
+    finally:
+        messaging.close(1)
+    tagged = [tags for tags in seen if DEADLINE_TAG in tags]
+    assert len(tagged) == 1  # a request without a deadline carries none
+    deadline_s = int(tagged[0][DEADLINE_TAG]) / 1000
+    assert before + 45 - 1 <= deadline_s <= time.time() + 45

@@ -32,6 +32,7 @@ from unskit.envelope import EnvelopeStamp, Message, MessageBuilder
 from unskit.errors import CommandError, EnvelopeError, UnskitError
 from unskit.messaging.client import MessagingClient
 from unskit.messaging.reply_to import ReplyRefusal
+from unskit.messaging.requests import request_deadline_ms
 from unskit.topics import TopicScope
 
 __all__ = ["REPLY_NAME", "CommandInbox", "InboxStats", "single_instance"]
@@ -278,9 +279,20 @@ class CommandInbox:
         return None
 
     def _check_deadline(self, request: Message) -> None:
+        now_ms = time.time() * 1000
+        sender_deadline_ms = request_deadline_ms(request)
+        if sender_deadline_ms is not None:
+            # The sender's own deadline wins, as a per-call value does on its side.
+            if now_ms > sender_deadline_ms:
+                late_s = (now_ms - sender_deadline_ms) / 1000
+                raise CommandError(
+                    ErrorCode.DEVICE_UNAVAILABLE,
+                    f"the request arrived {late_s:.1f} s after its sender's deadline; not run",
+                )
+            return
         if not self._deadline_ms:
             return
-        waited_ms = time.time() * 1000 - request.header.timestamp_ms
+        waited_ms = now_ms - request.header.timestamp_ms
         if waited_ms > self._deadline_ms:
             # Its sender has given up: running it now would act for nobody.
             raise CommandError(

@@ -12,7 +12,7 @@ from unskit.config.model import BrokerConfig
 from unskit.envelope import Message
 from unskit.errors import EnvelopeError, MessagingError, RequestTimeoutError
 from unskit.messaging.reply_to import ReplyRefusal
-from unskit.messaging.requests import DeadlineTimer, ReplyTopics, RequestFuture
+from unskit.messaging.requests import DEADLINE_TAG, DeadlineTimer, ReplyTopics, RequestFuture
 from unskit.messaging.subscriptions import Handler, Subscription
 from unskit.messaging.transport import QoS, Transport
 from unskit.topics import REPLY_TOPIC_PREFIX
@@ -302,6 +302,8 @@ class Link:
         chosen = message.reply_to
         reply_topic = self.replies.take() if chosen is None else chosen
         request = message.make_request(reply_topic)
+        if deadline:
+            request.inject_tag(DEADLINE_TAG, str(int((time.time() + deadline) * 1000)))
         future = RequestFuture(topic, reply_topic, request.correlation_id, deadline or None)
         with self._lock:
             if reply_topic in self.pending:

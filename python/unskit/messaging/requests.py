@@ -20,12 +20,23 @@ from unskit.errors import MessagingError, RequestTimeoutError
 from unskit.messaging.transport import QoS, Transport
 from unskit.topics import REPLY_TOPIC_PREFIX
 
-__all__ = ["REPLY_BATCH", "REPLY_LINGER_SECS", "DeadlineTimer", "ReplyTopics", "RequestFuture"]
+__all__ = [
+    "DEADLINE_TAG",
+    "REPLY_BATCH",
+    "REPLY_LINGER_SECS",
+    "DeadlineTimer",
+    "ReplyTopics",
+    "RequestFuture",
+    "request_deadline_ms",
+]
 
 _log = logging.getLogger(__name__)
 
 # Reply topics subscribed per SUBSCRIBE, and settled ones removed per UNSUBSCRIBE.
 REPLY_BATCH = 16
+#: The tag a request carries its sender's deadline in (epoch milliseconds), so a responder
+#: that receives it late (held by the broker while it was down) knows whether anyone waits.
+DEADLINE_TAG = "lib-deadline-ms"
 # How long a settled request's reply subscription may wait for its UNSUBSCRIBE batch.
 REPLY_LINGER_SECS = 0.05
 
@@ -257,3 +268,11 @@ class ReplyTopics:
             self._settled.extend(self._ready)
             self._ready = []
         self.flush()
+
+
+def request_deadline_ms(request: Message) -> int | None:
+    """The sender's deadline the request carries (epoch ms), or None: absent or malformed."""
+    raw = request.tags.get(DEADLINE_TAG)
+    if raw is None or not raw.isascii() or not raw.isdigit() or len(raw) > 15:
+        return None
+    return int(raw)
