@@ -19,8 +19,10 @@ __all__ = [
     "InstanceSpec",
     "PollGroupSpec",
     "PublishMode",
+    "PushDriver",
     "Quality",
     "Reading",
+    "ReadingSink",
     "SignalSpec",
     "Timing",
 ]
@@ -87,8 +89,11 @@ class Reading:
     value: Any
     quality: Quality = Quality.GOOD
     source_timestamp_ms: int = 0
-    #: Why the quality is not GOOD (a CIP status, "count mismatch: 8 of 10").
+    #: Why the quality is not GOOD (a CIP status, "count mismatch: 8 of 10", an OPC UA
+    #: StatusCode's symbolic name); published as the sample's status.
     detail: str = ""
+    #: The device's own receive time (an OPC UA ServerTimestamp); 0: the adapter stamps it.
+    server_timestamp_ms: int = 0
 
 
 class DeviceDriver(Protocol):
@@ -118,6 +123,56 @@ class DeviceDriver(Protocol):
 
     def describe(self) -> Mapping[str, Any]:
         """JSON-ready facts for sb/status (adapter, endpoint, session details)."""
+        ...
+
+
+class ReadingSink(Protocol):
+    """Where a push driver hands what the device sends; every method is thread-safe and
+    returns at once (the runtime does the work on the instance thread)."""
+
+    def deliver(self, readings: Sequence[Reading]) -> None:
+        """Queues readings (bounded: an overflow is dropped, counted and logged)."""
+        ...
+
+    def signals_changed(self) -> None:
+        """The driver's signal set changed (a browse found nodes, an item failed or
+        recovered): the runtime re-reads `signals()`."""
+        ...
+
+    def lost(self, error: DeviceError) -> None:
+        """The driver noticed, on its own thread, that the connection is gone."""
+        ...
+
+    def wake(self) -> None:
+        """Asks for `maintain()` soon (a model change, a retry that is due)."""
+        ...
+
+
+class PushDriver(DeviceDriver, Protocol):
+    """A device that sends data itself (OPC UA subscriptions, CIP class-1 I/O). The runtime
+    connects it, calls `subscribe` once per connection and then only drains the sink; `read`
+    is the verbs' one-off read. Instances, reload, verbs, batching, staleness, alarms and
+    metrics stay the runtime's, exactly as for polled devices."""
+
+    def subscribe(self, sink: ReadingSink) -> None:
+        """After each successful connect: sets up what makes the device send (browse,
+        subscriptions, a forward open) and delivers to `sink` from then on; raises
+        DeviceError when that fails."""
+        ...
+
+    def signals(self) -> Sequence[SignalSpec]:
+        """The signals delivered now (configured, or found by browsing)."""
+        ...
+
+    def signal_for(self, signal_id: str) -> SignalSpec:
+        """A signal for sb/read or sb/write of an id that is not subscribed; raises
+        ValueError when the id is malformed or the device cannot address it."""
+        ...
+
+    def maintain(self) -> float | None:
+        """Called on the instance thread after `subscribe` and whenever woken: retries what
+        failed, re-browses after a model change. Returns the seconds until it wants to be
+        called again (None: only when woken); raises DeviceError when the connection is gone."""
         ...
 
 
@@ -155,6 +210,8 @@ class InstanceSpec:
     #: Set when the entry asks for what this build cannot do (tls before the TLS transport):
     #: the instance is then failed and its driver is never asked to connect.
     unavailable: ConfigIssue | None = None
+    #: The protocol's own parsed settings (`OpcUaSettings`, ...), opaque to the runtime.
+    settings: object | None = None
 
     def signals(self) -> list[SignalSpec]:
         """Every signal of every poll group, in declaration order."""
