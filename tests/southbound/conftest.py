@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.southbound.sim_component import SimComponent, Switch, SwitchedDriver
+from tests.southbound.sim_component import Pushed, SimComponent, Switch, SwitchedDriver
 from tests.support.adapter import Adapter, AdapterHarness
 from tests.support.mosquitto import Mosquitto
 
@@ -30,6 +30,7 @@ def start_adapter(
     broker: Mosquitto, tmp_path: Path, restore_root_logging: None
 ) -> Iterator[Callable[..., Adapter]]:
     SwitchedDriver.switch = Switch()
+    Pushed.reset()
     SimComponent.unstartable = set()
     harness = AdapterHarness(broker, tmp_path)
 

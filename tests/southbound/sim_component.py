@@ -4,7 +4,8 @@ reachability the test switches, with a small instance format of its own."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from unskit.config.model import ComponentConfig, thaw
@@ -15,12 +16,14 @@ from unskit.southbound.driver import (
     InstanceSpec,
     PollGroupSpec,
     PublishMode,
+    Quality,
     Reading,
+    ReadingSink,
     SignalSpec,
     Timing,
 )
 from unskit.southbound.service import DriverFactory, Skipped
-from unskit.southbound.sim import SimDriver
+from unskit.southbound.sim import SimDriver, sim_value
 
 
 class Switch:
@@ -57,6 +60,87 @@ class SwitchedDriver(SimDriver):
             raise DeviceError("probe failed", connection_lost=True)
 
 
+class PushedDriver(SwitchedDriver):
+    """A push source for the runtime tests: after `subscribe` its own thread delivers every
+    signal's sim value every 20 ms, as an OPC UA subscription would. Signals whose id holds
+    "broken" fail (BAD, BadNodeIdUnknown) until `Pushed.healed` is set and `maintain` retries
+    them; `Pushed.extra` signals appear when the test calls `announce()`."""
+
+    def __init__(self, spec: InstanceSpec) -> None:
+        super().__init__(spec)
+        self._sink: ReadingSink | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failed: set[str] = set()
+        Pushed.drivers.append(self)
+
+    def subscribe(self, sink: ReadingSink) -> None:
+        Pushed.subscribes += 1
+        self._sink = sink
+        self._failed = {s.id for s in self.signals() if "broken" in s.id}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._send, args=(sink, self._stop), daemon=True)
+        self._thread.start()
+
+    def _send(self, sink: ReadingSink, stop: threading.Event) -> None:
+        while not stop.wait(0.02):
+            if not self.switch.up.is_set():
+                sink.lost(DeviceError("session closed by the server (test switch off)"))
+                return
+            now = time.time()
+            sink.deliver(
+                [
+                    Reading(
+                        s.id,
+                        None if s.id in self._failed else sim_value(s, now),
+                        Quality.BAD if s.id in self._failed else Quality.GOOD,
+                        source_timestamp_ms=int(now * 1000),
+                        detail="BadNodeIdUnknown" if s.id in self._failed else "",
+                    )
+                    for s in self.signals()
+                ]
+            )
+
+    def signals(self) -> Sequence[SignalSpec]:
+        return [*self.spec.signals(), *Pushed.extra]
+
+    def signal_for(self, signal_id: str) -> SignalSpec:
+        if not signal_id.startswith("Program:"):
+            raise ValueError(f"{signal_id!r} is not a tag path")
+        return SignalSpec(signal_id, signal_id, "REAL")
+
+    def maintain(self) -> float | None:
+        Pushed.maintains += 1
+        if Pushed.healed.is_set():
+            self._failed.clear()
+        return 0.05 if self._failed else None
+
+    def announce(self) -> None:
+        assert self._sink is not None
+        self._sink.signals_changed()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5)
+        super().close()
+
+
+class Pushed:
+    """What the PushedDriver tests switch and count (reset by the fixture)."""
+
+    drivers: ClassVar[list[PushedDriver]] = []
+    extra: ClassVar[list[SignalSpec]] = []
+    healed = threading.Event()
+    subscribes = 0
+    maintains = 0
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.drivers, cls.extra, cls.healed = [], [], threading.Event()
+        cls.subscribes = cls.maintains = 0
+
+
 def _signal(entry: Mapping[str, Any], group: Mapping[str, Any]) -> SignalSpec:
     deadband = entry.get("deadband", {})
     return SignalSpec(
@@ -83,7 +167,7 @@ class SimComponent(SouthboundComponent):
                 raise ValueError(f"{spec.id} has a broken certificate (test)")
             return SwitchedDriver(spec)
 
-        return {"sim": SimDriver, "test": test_driver}
+        return {"sim": SimDriver, "test": test_driver, "push": PushedDriver}
 
     def parse(self, config: ComponentConfig) -> Candidate:
         component = thaw(config.component)

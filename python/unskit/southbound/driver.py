@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 # DeviceError is defined with the tree; part of the driver contract, so named here too.
 from unskit.errors import ConfigIssue, DeviceError
@@ -148,6 +148,7 @@ class ReadingSink(Protocol):
         ...
 
 
+@runtime_checkable
 class PushDriver(DeviceDriver, Protocol):
     """A device that sends data itself (OPC UA subscriptions, CIP class-1 I/O). The runtime
     connects it, calls `subscribe` once per connection and then only drains the sink; `read`

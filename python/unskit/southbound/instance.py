@@ -1,6 +1,7 @@
 """One device instance: its own thread that connects (with jittered backoff), polls its
-groups on schedule, publishes signal updates, probes while paused, and runs the verbs' device
-work between polls. The driver is only ever called from this thread."""
+groups on schedule (or, for a push source, drains what the device sends), publishes signal
+updates, probes while paused, and runs the verbs' device work between polls. The driver is
+only ever called from this thread."""
 
 from __future__ import annotations
 
@@ -19,7 +20,15 @@ from unskit.commands import ErrorCode
 from unskit.envelope import EnvelopeStamp, MessageBuilder
 from unskit.errors import CommandError, UnskitError
 from unskit.messaging import MessagingClient
-from unskit.southbound.driver import DeviceDriver, DeviceError, InstanceSpec, PollGroupSpec
+from unskit.southbound.driver import (
+    DeviceDriver,
+    DeviceError,
+    InstanceSpec,
+    PollGroupSpec,
+    PushDriver,
+    SignalSpec,
+)
+from unskit.southbound.push import PushInbox
 from unskit.southbound.signals import SignalTable
 from unskit.topics import TopicScope
 
@@ -34,7 +43,7 @@ SIGNAL_UPDATE_NAME = "SouthboundSignalUpdate"
 _STOP_TIMEOUT_S = 10.0
 #: Counters with a pollGroup dimension, and those of the instance as a whole.
 _GROUP_COUNTERS = ("reads", "readErrors")
-_INSTANCE_COUNTERS = ("samplesPublished", "publishErrors", "reconnects")
+_INSTANCE_COUNTERS = ("samplesPublished", "publishErrors", "reconnects", "samplesDropped")
 
 
 class InstanceState(str, Enum):
@@ -93,6 +102,8 @@ class InstanceRunner:
             self._last_error = str(spec.unavailable)
         self._connected_since: float | None = None
         self._attempt = 0
+        #: The inbox of the current connection of a push source (None when polled).
+        self._inbox: PushInbox | None = None
         self._thread = threading.Thread(target=self._run, name=f"sb-{spec.id}", daemon=True)
 
     # -- control ----------------------------------------------------------------------------
@@ -217,6 +228,7 @@ class InstanceRunner:
                     "value": state.last_value,
                     "quality": None if state.last_quality is None else state.last_quality.value,
                     "serverTimestampMs": state.last_server_ms or None,
+                    "status": state.last_detail or None,
                     "stale": (not self._paused) and id(state) in stale,
                     "writable": spec.id in self.spec.writes_allow,
                 }
@@ -225,48 +237,133 @@ class InstanceRunner:
 
     # -- the thread -------------------------------------------------------------------------
 
+    def signals(self) -> list[SignalSpec]:
+        """The instance's signals now (a push source's change as it browses)."""
+        return [state.spec for state in self._table.by_id.values()]
+
     def _run(self) -> None:
-        groups = {group.id: group for group in self.spec.poll_groups}
-        next_due: dict[str, float] = {}
-        next_probe = 0.0
         self._table.restart_staleness(time.monotonic())
         try:
-            while not self._stop.is_set():
-                if not self.connected:
-                    if self._connect():
-                        start = time.monotonic()
-                        next_due = {group_id: start for group_id in groups}
-                        next_probe = start + self.spec.timing.keepalive_probe_interval_ms / 1000
-                    continue
-                now = time.monotonic()
-                self._run_jobs()
-                if not self.connected:
-                    continue
-                if self._paused:
-                    if now >= next_probe:
-                        next_probe = now + self.spec.timing.keepalive_probe_interval_ms / 1000
-                        self._guard(self.driver.probe)
-                else:
-                    for group_id, due in next_due.items():
-                        if now >= due and self.connected:
-                            self._poll(groups[group_id], now)
-                            interval = groups[group_id].interval_ms / 1000
-                            # Fixed rate; a late cycle is not caught up in a burst.
-                            next_due[group_id] = max(due + interval, now)
-                self._publish(time.monotonic(), flush=False)
-                self._set_gauges()
-                self._wake.wait(self._sleep_for(next_due, next_probe))
-                self._wake.clear()
+            if isinstance(self.driver, PushDriver):
+                self._run_push(self.driver)
+            else:
+                self._run_poll()
         except Exception:
             _log.exception("instance %s: its thread failed", self.spec.id)
             self._last_error = "internal error; see the log"
         finally:
             self._publish(time.monotonic(), flush=True)
             self._fail_jobs(CommandError(ErrorCode.DEVICE_UNAVAILABLE, "the instance stopped"))
+            self._detach_inbox()
             self.driver.close()
             self._state = InstanceState.STOPPED
             self._set_gauges()
             self._context.clear_alarm(DEVICE_UNREACHABLE, self.spec.id)
+
+    def _run_poll(self) -> None:
+        groups = {group.id: group for group in self.spec.poll_groups}
+        next_due: dict[str, float] = {}
+        next_probe = 0.0
+        while not self._stop.is_set():
+            if not self.connected:
+                if self._connect():
+                    start = time.monotonic()
+                    next_due = {group_id: start for group_id in groups}
+                    next_probe = start + self.spec.timing.keepalive_probe_interval_ms / 1000
+                continue
+            now = time.monotonic()
+            self._run_jobs()
+            if not self.connected:
+                continue
+            if self._paused:
+                if now >= next_probe:
+                    next_probe = now + self.spec.timing.keepalive_probe_interval_ms / 1000
+                    try:
+                        self._guard(self.driver.probe)
+                    except DeviceError:
+                        continue
+            else:
+                for group_id, due in next_due.items():
+                    if now >= due and self.connected:
+                        self._poll(groups[group_id], now)
+                        interval = groups[group_id].interval_ms / 1000
+                        # Fixed rate; a late cycle is not caught up in a burst.
+                        next_due[group_id] = max(due + interval, now)
+            self._publish(time.monotonic(), flush=False)
+            self._set_gauges()
+            self._wake.wait(self._sleep_for(next_due, next_probe))
+            self._wake.clear()
+
+    def _run_push(self, driver: PushDriver) -> None:
+        next_probe = 0.0
+        next_maintain: float | None = None
+        while not self._stop.is_set():
+            if not self.connected:
+                if self._connect(lambda deadline_s: self._subscribe(driver, deadline_s)):
+                    start = time.monotonic()
+                    next_maintain = start
+                    next_probe = start + self.spec.timing.keepalive_probe_interval_ms / 1000
+                continue
+            self._run_jobs()
+            now = time.monotonic()
+            maintain_asked = self._drain(driver, now)
+            if not self.connected:
+                continue
+            if maintain_asked or (next_maintain is not None and now >= next_maintain):
+                try:
+                    after = self._guard(driver.maintain)
+                except DeviceError:
+                    continue
+                next_maintain = None if after is None else time.monotonic() + max(after, 0.0)
+            if self._paused and now >= next_probe:
+                next_probe = now + self.spec.timing.keepalive_probe_interval_ms / 1000
+                try:
+                    self._guard(driver.probe)
+                except DeviceError:
+                    continue
+            self._publish(time.monotonic(), flush=False)
+            self._set_gauges()
+            wakes = [w for w in (next_maintain, self._table.next_window()) if w is not None]
+            if self._paused:
+                wakes.append(next_probe)
+            timeout = max(0.0, min(wakes) - time.monotonic()) if wakes else 1.0
+            self._wake.wait(timeout)
+            self._wake.clear()
+
+    def _subscribe(self, driver: PushDriver, deadline_s: float) -> None:
+        """Connects, attaches a fresh inbox and has the driver start sending."""
+        driver.connect(deadline_s)
+        self._detach_inbox()
+        self._inbox = PushInbox(self.spec.id, self._wake.set)
+        driver.subscribe(self._inbox)
+        self._define(driver)
+
+    def _define(self, driver: PushDriver) -> None:
+        self._table.define([("push", signal) for signal in driver.signals()], time.monotonic())
+
+    def _drain(self, driver: PushDriver, now: float) -> bool:
+        """Moves what the driver sent into the signal table; returns whether the driver
+        asked for maintain. A loss it reported moves the instance to backoff."""
+        inbox = self._inbox
+        if inbox is None:
+            return False
+        lost, changed, maintain = inbox.take_flags()
+        if changed:
+            self._define(driver)
+        readings = inbox.take()
+        dropped = inbox.take_dropped()
+        if dropped:
+            self._context.counter(self.spec.id, "samplesDropped", None).inc(dropped)
+        if readings and not self._paused:
+            self._table.accept(readings, int(time.time() * 1000), now)
+        if lost is not None and self.connected:
+            self._lost(lost)
+        return maintain
+
+    def _detach_inbox(self) -> None:
+        if self._inbox is not None:
+            self._inbox.close()
+            self._inbox = None
 
     def _set_gauges(self) -> None:
         gauge, threshold = self._context.gauge, self.spec.timing.stale_signal_secs
@@ -282,13 +379,16 @@ class InstanceRunner:
             wakes.append(window)
         return max(0.0, min(wakes, default=now + 1.0) - now)
 
-    def _connect(self) -> bool:
+    def _connect(self, establish: Callable[[float], None] | None = None) -> bool:
+        """Opens the session (and, for a push source, what makes it send); on failure the
+        driver is closed and the thread backs off with jitter before returning False."""
         self._state = InstanceState.CONNECTING
         timing = self.spec.timing
         try:
-            self.driver.connect(timing.connect_ms / 1000)
+            (establish or self.driver.connect)(timing.connect_ms / 1000)
         except DeviceError as error:
             self._lost(error)
+            self.driver.close()
             self._set_gauges()
             ceiling = min(
                 timing.reconnect_backoff_max_ms,
@@ -319,6 +419,7 @@ class InstanceRunner:
         self._state = InstanceState.BACKOFF
         self._connected_since = None
         self._last_error = str(error)
+        self._detach_inbox()
         if was_connected:
             self._context.counter(self.spec.id, "reconnects", None).inc()
             self.driver.close()

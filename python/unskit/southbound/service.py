@@ -27,7 +27,7 @@ from unskit.commands import (
     bad_args,
 )
 from unskit.commands.fields import FreeJson
-from unskit.elementary_types import FLOAT_TYPES, INTEGER_RANGES
+from unskit.elementary_types import FLOAT_TYPES, INTEGER_RANGES, TYPES
 from unskit.errors import CommandError, ConfigError, ConfigIssue, UnskitError
 from unskit.runtime.component import Runtime
 from unskit.runtime.metrics import Counter
@@ -36,12 +36,20 @@ from unskit.southbound.driver import (
     DeviceError,
     InstanceSpec,
     PollGroupSpec,
+    PushDriver,
     SignalSpec,
 )
 from unskit.southbound.instance import InstanceContext, InstanceRunner, InstanceState
 from unskit.southbound.signals import scale_value
 
-__all__ = ["HEALTH_FAMILY", "DriverFactory", "Skipped", "SouthboundService"]
+__all__ = [
+    "HEALTH_FAMILY",
+    "WRITES_ANY",
+    "WRITE_REJECTED",
+    "DriverFactory",
+    "Skipped",
+    "SouthboundService",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -52,6 +60,10 @@ _DEVICE_WAIT_MARGIN_S = 5.0
 #: The metric family of every southbound adapter (spec 3), dimension instance (and
 #: pollGroup for reads and readErrors).
 HEALTH_FAMILY = "southbound_health"
+#: The warning event of a write refused by the allow-list (spec 3, Events).
+WRITE_REJECTED = "write-rejected"
+#: The writes.allow entry that allows every signal.
+WRITES_ANY = "*"
 
 
 @dataclass(frozen=True)
@@ -283,10 +295,13 @@ class SouthboundService:
     def _read(self, context: CommandContext) -> Mapping[str, Any]:
         assert context.instance is not None
         runner = self.runner(context.instance)
-        by_id = {signal.id: signal for signal in runner.spec.signals()}
+        by_id = {signal.id: signal for signal in runner.signals()}
         wanted = context.body.get("signals") or list(by_id)
         unknown = [signal_id for signal_id in wanted if signal_id not in by_id]
-        if unknown:
+        if unknown and isinstance(runner.driver, PushDriver):
+            # A push source can address what it does not subscribe (an OPC UA node id).
+            by_id.update({i: _addressed(runner.driver, i, "signals") for i in unknown})
+        elif unknown:
             raise bad_args(f"signals: unknown signal ids {unknown}")
         group = PollGroupSpec("sb-read", 1, [by_id[signal_id] for signal_id in wanted])
         readings = self._on_device(runner, lambda: runner.driver.read(group))
@@ -308,11 +323,14 @@ class SouthboundService:
         assert context.instance is not None
         runner = self.runner(context.instance)
         signal_id = context.body["signal"]
-        if signal_id not in runner.spec.writes_allow:
-            allowed = sorted(runner.spec.writes_allow)
-            detail = f"allowed: {allowed}" if allowed else "this instance is read-only"
+        allow = runner.spec.writes_allow
+        if signal_id not in allow and WRITES_ANY not in allow:
+            detail = f"allowed: {sorted(allow)}" if allow else "this instance is read-only"
+            self._emit_write_rejected(context.instance, signal_id, sorted(allow))
             raise bad_args(f"signal {signal_id!r} is not in writes.allow ({detail})")
-        signal = next((s for s in runner.spec.signals() if s.id == signal_id), None)
+        signal = next((s for s in runner.signals() if s.id == signal_id), None)
+        if signal is None and isinstance(runner.driver, PushDriver):
+            signal = _addressed(runner.driver, signal_id, "signal")
         if signal is None:
             raise bad_args(f"signal {signal_id!r} is allow-listed but not configured")
         raw = raw_write_value(signal, context.body["value"])
@@ -323,6 +341,15 @@ class SouthboundService:
             "value": context.body["value"],
             "written": raw,
         }
+
+    def _emit_write_rejected(self, instance: str, signal_id: str, allow: list[str]) -> None:
+        events = self._runtime.events
+        if events is None:
+            return
+        try:
+            events.warning(WRITE_REJECTED, {"signal": signal_id, "allow": allow}, instance=instance)
+        except UnskitError as error:
+            _log.warning("write-rejected of %s not published: %s", instance, error)
 
     def _on_device(self, runner: InstanceRunner, work: Callable[[], Any]) -> Any:
         if runner.state is InstanceState.FAILED:
@@ -356,10 +383,20 @@ class SouthboundService:
         return {"instance": context.instance, "paused": False, "changed": changed}
 
 
+def _addressed(driver: PushDriver, signal_id: str, field: str) -> SignalSpec:
+    try:
+        return driver.signal_for(signal_id)
+    except ValueError as error:
+        raise bad_args(f"{field}: {error}") from None
+
+
 def raw_write_value(signal: SignalSpec, value: Any) -> Any:
     """The raw value for an engineering-unit write: (value - offset) / scale, rounded for
-    integer types; BOOL takes booleans only."""
+    integer types; BOOL takes booleans only. A signal typed outside the elementary CIP types
+    (an OPC UA node's DataType) is written as given: its driver checks it against the node."""
     kind = signal.type.upper()
+    if kind not in TYPES and signal.scale is None and signal.offset is None:
+        return value
     if isinstance(value, list):
         if signal.array_count is None:
             raise bad_args(f"value: {signal.id} is not an array")

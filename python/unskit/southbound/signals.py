@@ -88,15 +88,29 @@ class SignalTable:
 
     def __init__(self, signals: Iterable[tuple[str, SignalSpec]]) -> None:
         self.by_id: dict[str, SignalState] = {}
+        #: Scaling and the change gate of every numeric signal, in Rust.
+        self._bank = SignalBank([])
+        self.define(signals, None)
+
+    def define(self, signals: Iterable[tuple[str, SignalSpec]], now: float | None) -> None:
+        """Sets the signals (a push source's change as it browses): a signal still present
+        keeps its last value and pending samples, a new one starts its staleness clock at
+        `now`, a removed one is forgotten. Every change gate starts afresh."""
+        previous, self.by_id = self.by_id, {}
         gates: list[GateSpec] = []
         for group, spec in signals:
-            state = SignalState(spec, group, channel_token(spec.name))
+            old = previous.get(spec.id)
+            if old is not None and old.spec == spec:
+                state, state.group = old, group
+            else:
+                state = SignalState(spec, group, channel_token(spec.name))
+                state.last_good_monotonic = now
+            state.slots, state.published_quality = None, None
             if spec.numeric:
                 count = spec.array_count or 1
                 state.slots = range(len(gates), len(gates) + count)
                 gates += [_gate_spec(spec)] * count
             self.by_id[spec.id] = state
-        #: Scaling and the change gate of every numeric signal, in Rust.
         self._bank = SignalBank(gates)
 
     def accept(self, readings: Sequence[Reading], now_ms: int, now: float) -> None:
