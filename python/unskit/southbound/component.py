@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from unskit.commands import ReloadOutcome
+from unskit.commands import CommandInbox, ReloadOutcome
 from unskit.config.model import ComponentConfig, thaw
 from unskit.errors import ConfigIssue
 from unskit.runtime.component import Runtime
@@ -68,13 +68,19 @@ class SouthboundComponent:
 
     def start(self, runtime: Runtime) -> None:
         """Starts every valid instance (refusing to start with none) and offers the verbs."""
+        # Before drivers(): a backend's factory may count in the runtime's metrics.
+        self._runtime = runtime
         service = SouthboundService(runtime, self.drivers())
         candidate = self.parse(runtime.config)
         service.apply(candidate.specs, candidate.skipped, shared_sections(runtime.config))
-        self._runtime = runtime
         self._follow_metrics_interval(candidate)
         self.service = service
-        service.register_verbs(runtime.command_inbox(service.instance_ids))
+        inbox = runtime.command_inbox(service.instance_ids)
+        service.register_verbs(inbox)
+        self.register_verbs(inbox)
+
+    def register_verbs(self, inbox: CommandInbox) -> None:
+        """The adapter's own verbs beside the shared sb verbs (none by default)."""
 
     def reconfigure(self, config: ComponentConfig) -> ReloadOutcome:
         """Applies a changed configuration as one transaction (ConfigError rejects it)."""

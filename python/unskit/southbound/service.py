@@ -304,7 +304,7 @@ class SouthboundService:
         elif unknown:
             raise bad_args(f"signals: unknown signal ids {unknown}")
         group = PollGroupSpec("sb-read", 1, [by_id[signal_id] for signal_id in wanted])
-        readings = self._on_device(runner, lambda: runner.driver.read(group))
+        readings = self.on_device(runner, lambda: runner.driver.read(group))
         return {
             "instance": context.instance,
             "readings": [
@@ -334,7 +334,7 @@ class SouthboundService:
         if signal is None:
             raise bad_args(f"signal {signal_id!r} is allow-listed but not configured")
         raw = raw_write_value(signal, context.body["value"])
-        self._on_device(runner, lambda: runner.driver.write(signal, raw))
+        self.on_device(runner, lambda: runner.driver.write(signal, raw))
         return {
             "instance": context.instance,
             "signal": signal_id,
@@ -351,7 +351,8 @@ class SouthboundService:
         except UnskitError as error:
             _log.warning("write-rejected of %s not published: %s", instance, error)
 
-    def _on_device(self, runner: InstanceRunner, work: Callable[[], Any]) -> Any:
+    def on_device(self, runner: InstanceRunner, work: Callable[[], Any]) -> Any:
+        """Runs device work on the instance thread, its failures as command errors."""
         if runner.state is InstanceState.FAILED:
             message = f"{runner.spec.id} failed: {runner.last_error}"
             raise CommandError(ErrorCode.DEVICE_UNAVAILABLE, message)
