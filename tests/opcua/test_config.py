@@ -29,7 +29,7 @@ from unskit.opcua.config import (
     opcua_settings,
     parse_component,
 )
-from unskit.southbound.component import Candidate
+from unskit.southbound.component import Candidate, SouthboundComponent
 from unskit.southbound.driver import InstanceSpec, Timing
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "opcua-adapter.json"
@@ -744,3 +744,17 @@ def test_the_example_parses_as_documented() -> None:
     (subscription,) = opcua_settings(spec).subscriptions
     assert [m.namespace_uri for m in subscription.include] == ["urn:unskit:sim"]
     assert [m.match.pattern for m in subscription.exclude] == ["^Setpoint$"]
+
+
+def test_configuration_issues_reports_skipped_entries_through_the_base_class() -> None:
+    class Parser(SouthboundComponent):
+        token = TOKEN
+        schema = component_schema()
+
+        def parse(self, config: ComponentConfig) -> Candidate:
+            return parse_component(config)
+
+    issues = Parser.configuration_issues(
+        config(instance(), with_connection("bad", messageMode="Sign"))
+    )
+    assert [issue.path for issue in issues] == [f"{C}.messageMode"]
