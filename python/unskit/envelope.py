@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from unskit._core.envelope import (
     MAX_OPAQUE_BYTES,
+    MAX_SAMPLE_STATUS_BYTES,
     MAX_VALUE_DEPTH,
     Body,
     Header,
@@ -17,6 +18,7 @@ from unskit._core.envelope import (
 
 __all__ = [
     "MAX_OPAQUE_BYTES",
+    "MAX_SAMPLE_STATUS_BYTES",
     "MAX_VALUE_DEPTH",
     "EnvelopeStamp",
     "Header",
@@ -89,8 +91,9 @@ class MessageBuilder:
         name: str | None = None,
     ) -> MessageBuilder:
         """Sets a `SouthboundSignalUpdate` body; each sample maps `value` and optionally
-        `quality` (GOOD, UNCERTAIN, BAD; default GOOD), `source_timestamp_ms` and
-        `server_timestamp_ms`."""
+        `quality` (GOOD, UNCERTAIN, BAD; default GOOD), `source_timestamp_ms`,
+        `server_timestamp_ms` and `status` (the source's symbolic status code name, at most
+        MAX_SAMPLE_STATUS_BYTES; empty or absent means none)."""
         self._body = Body.signal_update(signal_id, samples, name=name)
         return self
 

@@ -67,7 +67,7 @@ def signal_update() -> Message:
                     "source_timestamp_ms": 1,
                     "server_timestamp_ms": 2,
                 },
-                {"value": [1, 2, 3], "quality": "BAD"},
+                {"value": [1, 2, 3], "quality": "BAD", "status": "BadNodeIdUnknown"},
                 {"value": None, "quality": "UNCERTAIN", "server_timestamp_ms": 5},
             ],
             name="temperature",

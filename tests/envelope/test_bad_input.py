@@ -9,6 +9,7 @@ import pytest
 from tests.envelope import samples
 from tests.support.proto import envelope_classes
 from unskit import EnvelopeError, Message, MessageBuilder
+from unskit.envelope import MAX_SAMPLE_STATUS_BYTES
 
 
 @pytest.mark.parametrize(
@@ -159,6 +160,18 @@ def test_wrong_types_given_to_the_builder_name_the_path(payload, error, where):
             "samples\\[0\\].quality 'OK'|samples\\[0\\].quality \"OK\"",
         ),
         (
+            lambda: MessageBuilder("r", "1").signal_update("T", [{"value": 1, "status": 5}]),
+            TypeError,
+            "samples\\[0\\].status must be a str",
+        ),
+        (
+            lambda: MessageBuilder("r", "1").signal_update(
+                "T", [{"value": 1}, {"value": 2, "status": None}]
+            ),
+            TypeError,
+            "samples\\[1\\].status must be a str",
+        ),
+        (
             lambda: MessageBuilder("r", "1").signal_update("T", [[1, "GOOD"]]),
             TypeError,
             "samples\\[0\\] must be a mapping",
@@ -169,6 +182,28 @@ def test_wrong_types_given_to_the_builder_name_the_path(payload, error, where):
 def test_builder_argument_errors_are_clear(call, error, words):
     with pytest.raises(error, match=words):
         call()
+
+
+def test_a_sample_status_is_bounded_in_utf8_bytes_on_build():
+    at_bound = "\u00e9" * (MAX_SAMPLE_STATUS_BYTES // 2)  # two bytes each
+    message = MessageBuilder("r", "1").signal_update("T", [{"value": 1, "status": at_bound}])
+    assert message.build().body["samples"][0]["status"] == at_bound
+    with pytest.raises(EnvelopeError, match=r"samples\[1\]\.status of 129 bytes exceeds the 128"):
+        MessageBuilder("r", "1").signal_update(
+            "T", [{"value": 1}, {"value": 2, "status": at_bound + "x"}]
+        )
+
+
+@pytest.mark.integration
+def test_a_sample_status_over_the_bound_written_by_protobuf_is_refused_on_decode():
+    pb = envelope_classes()
+    env = pb.Envelope.FromString(samples.signal_update().to_bytes())
+    env.southbound_signal_update.samples[0].status = "B" * (MAX_SAMPLE_STATUS_BYTES + 1)
+    with pytest.raises(EnvelopeError, match=r"body\.samples\[0\]\.status of 129 bytes"):
+        Message.from_bytes(env.SerializeToString())
+    env.southbound_signal_update.samples[0].status = "B" * MAX_SAMPLE_STATUS_BYTES
+    decoded = Message.from_bytes(env.SerializeToString())
+    assert decoded.body["samples"][0]["status"] == "B" * MAX_SAMPLE_STATUS_BYTES
 
 
 def test_envelope_error_is_a_value_error_and_an_unskit_error():

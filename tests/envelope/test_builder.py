@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -157,8 +158,32 @@ def test_signal_update_body_carries_samples():
         "server_timestamp_ms": 2,
     }
     assert body["samples"][1]["quality"] == "BAD"
+    assert body["samples"][1]["status"] == "BadNodeIdUnknown"
     assert body["samples"][2]["value"] is None
     assert message.to_dict()["body"]["samples"][1]["value"] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("status", [None, ""])
+def test_a_sample_without_status_shows_no_status_key(status):
+    sample: dict[str, object] = {"value": 1, "quality": "BAD"}
+    if status is not None:
+        sample["status"] = status
+    message = MessageBuilder("r", "1").signal_update("T", [sample]).build()
+    assert "status" not in message.body["samples"][0]
+    assert "status" not in message.to_dict()["body"]["samples"][0]
+    assert "status" not in json.loads(message.to_diagnostic_json())["body"]["samples"][0]
+
+
+def test_a_sample_status_shows_in_every_view_and_survives_the_wire():
+    sample = {"value": 1, "quality": "UNCERTAIN", "status": "UncertainLastUsableValue"}
+    message = MessageBuilder("r", "1").signal_update("T", [sample]).build()
+    decoded = Message.from_bytes(message.to_bytes())
+    for view in (
+        decoded.body,
+        decoded.to_dict()["body"],
+        json.loads(decoded.to_diagnostic_json())["body"],
+    ):
+        assert view["samples"][0]["status"] == "UncertainLastUsableValue"
 
 
 def test_signal_sample_quality_defaults_to_good():

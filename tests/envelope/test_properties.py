@@ -65,6 +65,8 @@ def messages(draw: st.DrawFn) -> Message:
                 "quality": st.sampled_from(["GOOD", "UNCERTAIN", "BAD", "UNSPECIFIED"]),
                 "source_timestamp_ms": st.integers(0, 2**62),
                 "server_timestamp_ms": st.integers(0, 2**62),
+                # At most 4 UTF-8 bytes a character: always inside the 128-byte bound.
+                "status": st.text(max_size=32),
             },
         )
         builder.signal_update(draw(non_empty), draw(st.lists(sample, max_size=3)))

@@ -12,6 +12,7 @@ from tests.support.proto import (
     ENVELOPE_PROTO,
     PROTO_DIR,
     envelope_classes,
+    envelope_classes_before_sample_status,
     protoc,
     value_from_python,
 )
@@ -60,6 +61,8 @@ def theirs(pb, message: Message):
             )
             sample.source_timestamp_ms = s["source_timestamp_ms"]
             sample.server_timestamp_ms = s["server_timestamp_ms"]
+            if "status" in s:  # absent from the projection when empty, as on the wire
+                sample.status = s["status"]
     return env
 
 
@@ -84,6 +87,48 @@ def test_we_parse_protobufs_bytes_to_the_same_content(pb, name):
     decoded = Message.from_bytes(theirs(pb, ours).SerializeToString())
     assert decoded == ours
     assert decoded.to_dict() == ours.to_dict()
+
+
+def _update(samples_: list[dict[str, object]]) -> Message:
+    return samples.builder("signal-update").signal_update("T", samples_).build()
+
+
+@pytest.mark.integration
+def test_a_sample_status_round_trips_through_protobuf(pb):
+    ours = _update([{"value": 1, "quality": "BAD", "status": "BadUserAccessDenied"}])
+    parsed = pb.Envelope.FromString(ours.to_bytes())
+    assert parsed.southbound_signal_update.samples[0].status == "BadUserAccessDenied"
+    parsed.southbound_signal_update.samples[0].status = "BadNodeIdUnknown"
+    back = Message.from_bytes(parsed.SerializeToString())
+    assert back.body["samples"][0]["status"] == "BadNodeIdUnknown"
+    assert back.body["samples"][0]["quality"] == "BAD"
+
+
+@pytest.mark.integration
+def test_a_sample_without_status_encodes_as_the_schema_before_status_did():
+    old = envelope_classes_before_sample_status()
+    assert "status" not in old.Sample.DESCRIPTOR.fields_by_name
+    plain = [{"value": 21.5, "quality": "GOOD", "source_timestamp_ms": 1, "server_timestamp_ms": 2}]
+    ours = _update(plain)
+    assert ours.to_bytes() == theirs(old, ours).SerializeToString(deterministic=True)
+    # An empty status is absence: not a byte more on the wire.
+    assert _update([{**plain[0], "status": ""}]).to_bytes() == ours.to_bytes()
+
+
+@pytest.mark.integration
+def test_a_reader_of_the_schema_before_status_reads_the_rest_and_keeps_it():
+    old = envelope_classes_before_sample_status()
+    ours = _update([{"value": [1, 2], "quality": "BAD", "status": "BadTimeout"}, {"value": 3}])
+    parsed = old.Envelope.FromString(ours.to_bytes())
+    first, second = parsed.southbound_signal_update.samples
+    assert list(first.value.list_value.values) == [
+        value_from_python(old, 1),
+        value_from_python(old, 2),
+    ]
+    assert first.quality == 3  # QUALITY_BAD
+    assert second.value.int_value == 3
+    # The unknown field is kept and written back where it was.
+    assert parsed.SerializeToString(deterministic=True) == ours.to_bytes()
 
 
 def test_tags_and_map_keys_are_sorted_whatever_order_they_were_given_in(pb):

@@ -42,8 +42,7 @@ def protoc() -> str:
 
 
 @functools.cache
-def envelope_classes() -> Any:
-    """A namespace of protobuf message classes (upb runtime) for every envelope message."""
+def _descriptor_set() -> descriptor_pb2.FileDescriptorSet:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "envelope.desc"
         subprocess.run(
@@ -56,7 +55,10 @@ def envelope_classes() -> Any:
             ],
             check=True,
         )
-        files = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
+        return descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
+
+
+def _classes(files: descriptor_pb2.FileDescriptorSet) -> Any:
     pool = descriptor_pool.DescriptorPool()
     for file in files.file:
         pool.Add(file)
@@ -66,6 +68,27 @@ def envelope_classes() -> Any:
             for name in MESSAGES
         }
     )
+
+
+@functools.cache
+def envelope_classes() -> Any:
+    """A namespace of protobuf message classes (upb runtime) for every envelope message."""
+    return _classes(_descriptor_set())
+
+
+@functools.cache
+def envelope_classes_before_sample_status() -> Any:
+    """The same classes as the schema was before `Sample.status` (tag 5): an older peer."""
+    files = descriptor_pb2.FileDescriptorSet()
+    files.CopyFrom(_descriptor_set())
+    for file in files.file:
+        for message in file.message_type:
+            if message.name == "Sample":
+                kept = [f for f in message.field if f.name != "status"]
+                assert len(kept) == len(message.field) - 1, "Sample.status is not in the schema"
+                del message.field[:]
+                message.field.extend(kept)
+    return _classes(files)
 
 
 def value_from_python(classes: Any, obj: Any) -> Any:

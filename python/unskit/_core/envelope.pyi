@@ -3,6 +3,7 @@ from typing import Any, final
 
 __all__ = [
     "MAX_OPAQUE_BYTES",
+    "MAX_SAMPLE_STATUS_BYTES",
     "MAX_VALUE_DEPTH",
     "Body",
     "Header",
@@ -12,6 +13,7 @@ __all__ = [
 ]
 
 MAX_OPAQUE_BYTES: int
+MAX_SAMPLE_STATUS_BYTES: int
 MAX_VALUE_DEPTH: int
 
 @final

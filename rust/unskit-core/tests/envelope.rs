@@ -2,8 +2,9 @@
 
 use proptest::prelude::*;
 use unskit_core::envelope::{
-    decode, encode, to_json_string, validate, BinaryView, Body, Envelope, Header, Identity, Kind,
-    ListValue, MapValue, Quality, Sample, Signal, SouthboundSignalUpdate, Value, MAX_OPAQUE_BYTES,
+    decode, encode, encode_into, encoded_len, to_json, to_json_string, validate, BinaryView, Body,
+    Envelope, Header, Identity, Kind, ListValue, MapValue, Quality, Sample, Signal,
+    SouthboundSignalUpdate, Value, MAX_OPAQUE_BYTES, MAX_SAMPLE_STATUS_BYTES,
 };
 use unskit_core::CoreError;
 
@@ -35,7 +36,7 @@ fn body() -> impl Strategy<Value = Option<Body>> {
         proptest::collection::vec(any::<u8>(), 0..64).prop_map(|b| Some(Body::Opaque(b))),
         (
             ".{1,10}",
-            proptest::collection::vec((value(), 0..4i32, any::<i64>()), 0..3)
+            proptest::collection::vec((value(), 0..4i32, any::<i64>(), ".{0,8}"), 0..3)
         )
             .prop_map(|(id, samples)| {
                 Some(Body::SouthboundSignalUpdate(SouthboundSignalUpdate {
@@ -45,11 +46,12 @@ fn body() -> impl Strategy<Value = Option<Body>> {
                     }),
                     samples: samples
                         .into_iter()
-                        .map(|(value, quality, ts)| Sample {
+                        .map(|(value, quality, ts, status)| Sample {
                             value: Some(value),
                             quality,
                             source_timestamp_ms: ts,
                             server_timestamp_ms: ts,
+                            status,
                         })
                         .collect(),
                 }))
@@ -180,4 +182,69 @@ fn unknown_quality_projects_as_its_number() {
     let json = to_json_string(&env, BinaryView::Marker);
     assert!(json.contains(r#""quality":9"#), "{json}");
     assert_eq!(Quality::from_label("BAD"), Some(Quality::Bad));
+}
+
+fn with_samples(samples: Vec<Sample>) -> Envelope {
+    let mut env = minimal();
+    env.body = Some(Body::SouthboundSignalUpdate(SouthboundSignalUpdate {
+        signal: Some(Signal {
+            id: "t".into(),
+            name: String::new(),
+        }),
+        samples,
+    }));
+    env
+}
+
+fn sample(status: &str) -> Sample {
+    Sample {
+        value: Some(Value::new(Kind::IntValue(7))),
+        quality: Quality::Bad as i32,
+        status: status.into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn sample_status_projects_only_when_present() {
+    let json = to_json(
+        &with_samples(vec![sample("BadNodeIdUnknown"), sample("")]),
+        BinaryView::Marker,
+    );
+    let samples = json["body"]["samples"].as_array().unwrap();
+    assert_eq!(samples[0]["status"], "BadNodeIdUnknown");
+    assert!(samples[1].get("status").is_none(), "{json}");
+    assert_eq!(samples[1]["quality"], "BAD");
+}
+
+#[test]
+fn empty_sample_status_is_not_on_the_wire() {
+    // Tag 5, wire type 2 (length-delimited): 0x2a, then the length and the name.
+    let with = encode(&with_samples(vec![sample("Bad")])).unwrap();
+    let without = encode(&with_samples(vec![sample("")])).unwrap();
+    assert_eq!(with.len(), without.len() + 5);
+    assert!(with.windows(5).any(|w| w == b"\x2a\x03Bad"));
+    assert!(!without.windows(2).any(|w| w == b"\x2a\x00"));
+}
+
+#[test]
+fn sample_status_bound_is_inclusive_and_named_on_both_sides() {
+    let at_bound = "\u{e9}".repeat(MAX_SAMPLE_STATUS_BYTES / 2);
+    let env = with_samples(vec![sample(""), sample(&at_bound)]);
+    assert_eq!(decode(&encode(&env).unwrap()).unwrap(), env);
+
+    let over = with_samples(vec![sample(""), sample(&format!("{at_bound}x"))]);
+    let err = encode(&over).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "invalid envelope: body.samples[1].status of {} bytes exceeds the \
+             {MAX_SAMPLE_STATUS_BYTES}-byte bound",
+            MAX_SAMPLE_STATUS_BYTES + 1
+        )
+    );
+    // Written without validation, as a foreign writer might: refused on decode.
+    let mut bytes = vec![0; encoded_len(&over)];
+    encode_into(&over, &mut bytes).unwrap();
+    assert!(matches!(decode(&bytes), Err(CoreError::InvalidEnvelope(_))));
 }

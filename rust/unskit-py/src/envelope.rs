@@ -12,7 +12,7 @@ use pyo3::types::{
 use unskit_core::envelope::{
     self as core, BinaryView, Body as CoreBody, Envelope, Kind, ListValue, MapValue,
     ProjectionSink, Quality, Sample, Signal, SouthboundSignalUpdate, Value, MAX_OPAQUE_BYTES,
-    MAX_VALUE_DEPTH,
+    MAX_SAMPLE_STATUS_BYTES, MAX_VALUE_DEPTH,
 };
 
 use crate::errors::{envelope_error, to_py};
@@ -30,6 +30,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(build_message, m)?)?;
     m.add("MAX_OPAQUE_BYTES", MAX_OPAQUE_BYTES)?;
     m.add("MAX_VALUE_DEPTH", MAX_VALUE_DEPTH)?;
+    m.add("MAX_SAMPLE_STATUS_BYTES", MAX_SAMPLE_STATUS_BYTES)?;
     Ok(())
 }
 
@@ -390,11 +391,12 @@ impl Body {
     }
 }
 
-const SAMPLE_KEYS: [&str; 4] = [
+const SAMPLE_KEYS: [&str; 5] = [
     "value",
     "quality",
     "source_timestamp_ms",
     "server_timestamp_ms",
+    "status",
 ];
 
 fn sample_from_py(sample: &Bound<'_, PyAny>, index: usize) -> PyResult<Sample> {
@@ -439,11 +441,19 @@ fn sample_from_py(sample: &Bound<'_, PyAny>, index: usize) -> PyResult<Sample> {
             Err(_) => Ok(0),
         }
     };
+    // Its length bound is the core's, checked with the whole body.
+    let status = match mapping.get_item("status") {
+        Ok(status) => status
+            .extract::<String>()
+            .map_err(|_| PyTypeError::new_err(format!("{at}.status must be a str")))?,
+        Err(_) => String::new(),
+    };
     Ok(Sample {
         value: Some(value),
         quality: quality as i32,
         source_timestamp_ms: timestamp("source_timestamp_ms")?,
         server_timestamp_ms: timestamp("server_timestamp_ms")?,
+        status,
     })
 }
 

@@ -13,6 +13,10 @@ pub const MAX_OPAQUE_BYTES: usize = 64 * 1024;
 /// recursion limit of 100 messages so every encoder and decoder accepts what we write.
 pub const MAX_VALUE_DEPTH: usize = 32;
 
+/// A sample's status is a symbolic code name (OPC UA's longest is under 64 bytes); the
+/// bound keeps a misbehaving source from riding free text on every sample.
+pub const MAX_SAMPLE_STATUS_BYTES: usize = 128;
+
 /// Parses and validates envelope bytes; anything else is an error, never a synthetic message.
 pub fn decode(bytes: &[u8]) -> Result<Envelope, CoreError> {
     let envelope =
@@ -40,8 +44,8 @@ pub fn encode_into(envelope: &Envelope, mut buffer: &mut [u8]) -> Result<(), Cor
 }
 
 /// The envelope rules: a header with name, version and uuid, a timestamp inside
-/// years 0000-9999, non-empty tag keys, an opaque body within 64 KiB and structured
-/// values within the nesting bound.
+/// years 0000-9999, non-empty tag keys, an opaque body within 64 KiB, structured
+/// values within the nesting bound and sample statuses within 128 bytes.
 pub fn validate(envelope: &Envelope) -> Result<(), CoreError> {
     let invalid = |detail: String| Err(CoreError::InvalidEnvelope(detail));
     let Some(header) = &envelope.header else {
@@ -71,15 +75,25 @@ pub fn validate(envelope: &Envelope) -> Result<(), CoreError> {
             bytes.len()
         )),
         Some(Body::Structured(value)) => check_depth(value, 0, "body"),
-        Some(Body::SouthboundSignalUpdate(update)) => {
-            update.samples.iter().enumerate().try_for_each(
-                |(i, Sample { value, .. })| match value {
-                    Some(value) => check_depth(value, 0, &format!("body.samples[{i}].value")),
-                    None => Ok(()),
-                },
-            )
-        }
+        Some(Body::SouthboundSignalUpdate(update)) => update
+            .samples
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, sample)| check_sample(sample, i)),
         _ => Ok(()),
+    }
+}
+
+fn check_sample(sample: &Sample, index: usize) -> Result<(), CoreError> {
+    if sample.status.len() > MAX_SAMPLE_STATUS_BYTES {
+        return Err(CoreError::InvalidEnvelope(format!(
+            "body.samples[{index}].status of {} bytes exceeds the {MAX_SAMPLE_STATUS_BYTES}-byte bound",
+            sample.status.len()
+        )));
+    }
+    match &sample.value {
+        Some(value) => check_depth(value, 0, &format!("body.samples[{index}].value")),
+        None => Ok(()),
     }
 }
 

@@ -122,12 +122,13 @@ fn project_signal_update<S: ProjectionSink>(
             Ok(known) => sink.string(known.label())?,
             Err(_) => sink.int(i64::from(sample.quality))?,
         };
-        let entries = vec![
+        let mut entries = vec![
             ("value", value),
             ("quality", quality),
             ("source_timestamp_ms", sink.int(sample.source_timestamp_ms)?),
             ("server_timestamp_ms", sink.int(sample.server_timestamp_ms)?),
         ];
+        push_present(sink, &mut entries, "status", &sample.status)?;
         samples.push(sink.map(entries)?);
     }
     fields.push(("samples", sink.list(samples)?));

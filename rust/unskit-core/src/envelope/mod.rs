@@ -7,7 +7,8 @@ mod stamp;
 mod time;
 
 pub use codec::{
-    decode, encode, encode_into, encoded_len, validate, MAX_OPAQUE_BYTES, MAX_VALUE_DEPTH,
+    decode, encode, encode_into, encoded_len, validate, MAX_OPAQUE_BYTES, MAX_SAMPLE_STATUS_BYTES,
+    MAX_VALUE_DEPTH,
 };
 pub use json::{
     project, project_body, to_json, to_json_string, value_from_json_text, BinaryView,

@@ -156,6 +156,9 @@ pub struct Sample {
     pub source_timestamp_ms: i64,
     #[prost(int64, tag = "4")]
     pub server_timestamp_ms: i64,
+    /// The source's symbolic status (an OPC UA StatusCode name); empty when it has none.
+    #[prost(string, tag = "5")]
+    pub status: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
