@@ -155,3 +155,31 @@ def _outcome(polls: list[list[Reading]], *, one_by_one: bool) -> list[tuple]:
 def test_a_poll_gated_in_one_batch_equals_its_readings_one_by_one(polls) -> None:
     # A poll may name a signal twice (a push source's queued changes): gated in order.
     assert _outcome(polls, one_by_one=False) == _outcome(polls, one_by_one=True)
+
+
+def test_a_sample_carries_the_status_and_the_device_server_timestamp() -> None:
+    table = SignalTable([("g", spec(publish_mode=PublishMode.ALWAYS))])
+    table.accept(
+        [
+            Reading("Tag", None, Quality.BAD, 5, detail="BadNodeIdUnknown", server_timestamp_ms=7),
+            Reading("Tag", 1.0, Quality.GOOD, 6),
+        ],
+        100,
+        0.0,
+    )
+    bad, good = table.take(table.by_id["Tag"])
+    assert bad["status"] == "BadNodeIdUnknown"
+    assert bad["server_timestamp_ms"] == 7, "the device's own receive time"
+    assert "status" not in good
+    assert good["server_timestamp_ms"] == 100, "stamped by the adapter when the device has none"
+
+
+def test_a_long_detail_is_cut_to_the_envelope_bound_on_a_character_boundary() -> None:
+    from unskit.envelope import MAX_SAMPLE_STATUS_BYTES, MessageBuilder
+
+    table = SignalTable([("g", spec())])
+    table.accept([Reading("Tag", None, Quality.BAD, detail="é" * 100)], 1, 0.0)
+    (sample,) = table.take(table.by_id["Tag"])
+    assert sample["status"] == "é" * (MAX_SAMPLE_STATUS_BYTES // 2)
+    message = MessageBuilder("SouthboundSignalUpdate", "1.0").signal_update("Tag", [sample])
+    assert message.build().body["samples"][0]["status"] == sample["status"]

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from unskit.envelope import MAX_SAMPLE_STATUS_BYTES
 from unskit.signal import GateSpec, SignalBank, scale_values
 from unskit.southbound.driver import PublishMode, Quality, Reading, SignalSpec
 
@@ -21,6 +22,12 @@ def channel_token(path: str) -> str:
     letters, digits, dot, underscore and hyphen becomes one underscore."""
     token = _UNSAFE.sub("_", path).strip("_")
     return token or "_"
+
+
+def _bounded_status(detail: str) -> str:
+    """A reading's detail as a sample status: a longer one (a CIP error text) is cut to the
+    envelope's bound, on a character boundary, so the update is still published."""
+    return detail.encode()[:MAX_SAMPLE_STATUS_BYTES].decode(errors="ignore")
 
 
 def _numbers(raw: Any) -> bool:
@@ -130,21 +137,23 @@ class SignalTable:
             gated = self._gate(state, reading.value, reading.quality)
         value, passed = gated
         state.last_value, state.last_quality = value, reading.quality
-        state.last_source_ms, state.last_server_ms = reading.source_timestamp_ms, now_ms
+        server_ms = reading.server_timestamp_ms or now_ms
+        state.last_source_ms, state.last_server_ms = reading.source_timestamp_ms, server_ms
         state.last_detail = reading.detail
         if reading.quality is Quality.GOOD:
             state.last_good_monotonic = now
         if not passed:
             return
         state.published_value, state.published_quality = value, reading.quality
-        state.pending.append(
-            {
-                "value": value,
-                "quality": reading.quality.value,
-                "source_timestamp_ms": reading.source_timestamp_ms,
-                "server_timestamp_ms": now_ms,
-            }
-        )
+        sample = {
+            "value": value,
+            "quality": reading.quality.value,
+            "source_timestamp_ms": reading.source_timestamp_ms,
+            "server_timestamp_ms": server_ms,
+        }
+        if reading.detail:
+            sample["status"] = _bounded_status(reading.detail)
+        state.pending.append(sample)
         if state.window_ends is None:
             state.window_ends = now + state.spec.batch_ms / 1000.0
 
