@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import hashlib
 import itertools
 import json
+import os
+import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -354,3 +357,47 @@ def test_kill_and_restart_keep_port_and_certificate(node_opcua_server: NodeOpcua
     assert server.port == port
     assert server.certificate_path.read_bytes() == certificate
     assert run(counter) >= 0
+
+
+INSTALL_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "install-node-peers"
+
+
+def test_install_script_installs_once_per_lock_file(tmp_path: Path) -> None:
+    peer = tmp_path / "peer"
+    peer.mkdir()
+    (peer / "package.json").write_text('{"name": "peer", "version": "1.0.0", "private": true}')
+    lock = {
+        "name": "peer",
+        "version": "1.0.0",
+        "lockfileVersion": 3,
+        "requires": True,
+        "packages": {"": {"name": "peer", "version": "1.0.0"}},
+    }
+    (peer / "package-lock.json").write_text(json.dumps(lock))
+    # npm that refuses to run: the calls after the first must not reach it.
+    stub = tmp_path / "stub-bin"
+    stub.mkdir()
+    (stub / "npm").write_text("#!/bin/sh\necho npm was called >&2\nexit 3\n")
+    (stub / "npm").chmod(0o755)
+    env = {**os.environ, "UNSKIT_NODE_PEERS": str(peer)}
+    stubbed = {**env, "PATH": f"{stub}:{os.environ['PATH']}"}
+
+    def install(environment: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(INSTALL_SCRIPT)], env=environment, capture_output=True, text=True, timeout=60
+        )
+
+    first = install(env)
+    assert first.returncode == 0, first.stderr
+    assert "installing npm packages" in first.stdout
+    stamp = (peer / "node_modules" / ".unskit-lock.sha256").read_text().strip()
+    assert stamp == hashlib.sha256((peer / "package-lock.json").read_bytes()).hexdigest()
+
+    again = install(stubbed)
+    assert (again.returncode, again.stdout, again.stderr) == (0, "", "")
+
+    # A changed lock file installs again (and here meets the refusing npm).
+    (peer / "package-lock.json").write_text(json.dumps(lock, indent=2))
+    changed = install(stubbed)
+    assert changed.returncode == 3
+    assert "npm was called" in changed.stderr
