@@ -232,8 +232,9 @@ def test_write_setpoint_reads_back(node_opcua_server: NodeOpcuaServer) -> None:
 @pytest.mark.parametrize(
     ("name", "variant", "refusal"),
     [
+        # asyncua's server says BadUserAccessDenied here.
         ("Counter", ua.Variant(5, ua.VariantType.Int32), "BadNotWritable"),
-        # node-opcua checks the written type strictly: a Float is not a Double.
+        # The written type must be the node's (as in asyncua): a Float is not a Double.
         ("Setpoint", ua.Variant(1.0, ua.VariantType.Float), "BadTypeMismatch"),
         ("Setpoint", ua.Variant("hot", ua.VariantType.String), "BadTypeMismatch"),
         ("Missing", ua.Variant(1.0, ua.VariantType.Double), "BadNodeIdUnknown"),
@@ -257,7 +258,7 @@ def test_refused_writes_name_their_status(
         (USERNAME, PASSWORD, None),
         (USERNAME, "wrong", "BadUserAccessDenied"),
         ("nobody", PASSWORD, "BadUserAccessDenied"),
-        # An empty password is refused earlier, as a malformed token.
+        # An empty password is refused earlier, as a malformed token (asyncua: BadUserAccessDenied).
         (USERNAME, "", "BadIdentityTokenInvalid"),
     ],
 )
