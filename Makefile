@@ -59,6 +59,7 @@ fuzz:
 
 system-deps:
 	scripts/install-system-deps
+	scripts/install-node-peers
 
 venv: $(VENV)/bin/maturin
 
