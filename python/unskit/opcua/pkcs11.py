@@ -10,6 +10,8 @@ decrypts from its event-loop thread while the adapter opens and closes tokens fr
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import os
 import threading
 from collections.abc import Iterator, Mapping
@@ -63,6 +65,8 @@ class _Module:
         self.lock = threading.RLock()
         self.lib = pkcs11.lib(path)
         self.users = 1
+        #: The logged-in session per slot id, shared by every Pkcs11Token on that slot.
+        self.logins: dict[int, _Login] = {}
 
     @classmethod
     def acquire(cls, path: str) -> _Module:
@@ -91,8 +95,28 @@ class _Module:
                     self.lib.finalize()
 
 
+class _Login:
+    """One logged-in session on a token. PKCS#11 login state belongs to the process, not
+    the session (a second C_Login fails, and python-pkcs11's close logs every session
+    out), so all users of a token share this one, counted."""
+
+    def __init__(self, session: pkcs11.Session, pin: str, rw: bool) -> None:
+        self.session = session
+        self.rw = rw
+        self.users = 1
+        # The PIN itself is not kept; a later opener's PIN is compared with this digest.
+        self._salt = os.urandom(16)
+        self._digest = self.digest(pin)
+
+    def digest(self, pin: str) -> bytes:
+        return hashlib.sha256(self._salt + pin.encode()).digest()
+
+    def matches(self, pin: str) -> bool:
+        return hmac.compare_digest(self._digest, self.digest(pin))
+
+
 class Pkcs11Token:
-    """A logged-in session on one token; every call into the module holds its lock."""
+    """One use of a logged-in token; every call into the module holds its lock."""
 
     def __init__(
         self,
@@ -122,9 +146,25 @@ class Pkcs11Token:
                         f"slot index {slot_index} is out of range: module {module_path} "
                         f"has {len(slots)} slot(s) with a token",
                     )
-                token = slots[slot_index].get_token()
+                slot = slots[slot_index]
+                self._slot_id = slot.slot_id
+                token = slot.get_token()
                 self.token_label = token.label
-                self._session: pkcs11.Session | None = token.open(rw=rw, user_pin=pin)
+                login = self._module.logins.get(self._slot_id)
+                if login is None:
+                    login = _Login(token.open(rw=rw, user_pin=pin), pin, rw)
+                    self._module.logins[self._slot_id] = login
+                elif not login.matches(pin):
+                    raise _config_error(
+                        f"{path}.{pin_key}",
+                        f"token {token.label!r} in slot index {slot_index} is already open "
+                        "in this process with another PIN",
+                    )
+                elif rw and not login.rw:
+                    raise _config_error(path, "token is already open read-only")
+                else:
+                    login.users += 1
+                self._session: pkcs11.Session | None = login.session
         except PKCS11Error as exc:
             self._module.release()
             raise _config_error(
@@ -219,14 +259,18 @@ class Pkcs11Token:
             raise _config_error(where, f"certificate {label!r} is not DER X.509") from None
 
     def close(self) -> None:
-        """Logs out and closes the session; closing twice does nothing."""
+        """Ends this use of the token; the last one logs out. Closing twice does nothing."""
         with self._module.lock:
             session, self._session = self._session, None
             if session is None:
                 return
-            # A removed token: nothing is left to close.
-            with contextlib.suppress(PKCS11Error):
-                session.close()
+            login = self._module.logins[self._slot_id]
+            login.users -= 1
+            if login.users == 0:
+                del self._module.logins[self._slot_id]
+                # A removed token: nothing is left to close.
+                with contextlib.suppress(PKCS11Error):
+                    session.close()
         self._module.release()
 
 

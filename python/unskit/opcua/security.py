@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, NoReturn
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding as asym_padding
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from unskit.config.secrets import Secret, SecretRef, SecretResolver, resolve_value
@@ -49,6 +50,16 @@ MAX_KEY_BITS = 4096
 #: Longest issuer chain followed from a server certificate to a trusted anchor.
 MAX_CHAIN_DEPTH = 8
 _PEM_MARK = b"-----BEGIN"
+#: What each secure policy does with the client key: its signature padding (SHA-256) and
+#: the OAEP hash of the key exchange the server encrypts to us.
+_POLICY_RSA: dict[str, tuple[asym_padding.AsymmetricPadding, hashes.HashAlgorithm]] = {
+    "Basic256Sha256": (asym_padding.PKCS1v15(), hashes.SHA1()),
+    "Aes128_Sha256_RsaOaep": (asym_padding.PKCS1v15(), hashes.SHA1()),
+    "Aes256_Sha256_RsaPss": (
+        asym_padding.PSS(asym_padding.MGF1(hashes.SHA256()), 32),
+        hashes.SHA256(),
+    ),
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -162,6 +173,8 @@ def load_client_identity(
         raise _error(f"{where}.source", f"unknown source {spec.source!r} (vault, file, pkcs11)")
     try:
         uri = _check_identity(connection, certificate, private_key, path)
+        if token is not None:
+            _probe_token(connection.security_policy, private_key, f"{path}.securityPolicy")
     except BaseException:
         if token is not None:
             token.close()
@@ -388,6 +401,29 @@ def _check_identity(
             f"{', '.join(repr(u) for u in uris)}",
         )
     return configured
+
+
+def _probe_token(policy: str, key: rsa.RSAPrivateKey, where: str) -> None:
+    # Tokens differ in the mechanism parameters they take (SoftHSM 2.6 decrypts OAEP with
+    # SHA-1 only): one signature and one decryption now, so a token that cannot serve the
+    # policy is a clear error at load, not a failed handshake.
+    if policy not in _POLICY_RSA:
+        raise _error(where, f"unknown securityPolicy {policy!r}")
+    sign_padding, oaep_hash = _POLICY_RSA[policy]
+    oaep = asym_padding.OAEP(asym_padding.MGF1(oaep_hash), oaep_hash, None)
+    probe = os.urandom(32)
+    step = f"sign with {sign_padding.name}-SHA256"
+    try:
+        signature = key.sign(probe, sign_padding, hashes.SHA256())
+        key.public_key().verify(signature, probe, sign_padding, hashes.SHA256())
+        step = f"decrypt RSA-OAEP with {oaep_hash.name.upper()}"
+        if key.decrypt(key.public_key().encrypt(probe, oaep), oaep) != probe:
+            raise InvalidSignature
+    except (DeviceError, UnsupportedAlgorithm, InvalidSignature) as exc:
+        detail = f": {exc}" if str(exc) else ""
+        raise _error(
+            where, f"the PKCS#11 token cannot {step}, which {policy} needs{detail}"
+        ) from None
 
 
 def _resolve(
