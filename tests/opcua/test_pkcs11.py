@@ -210,7 +210,7 @@ def test_a_wrong_pin_is_a_clear_error(softhsm: SoftHsmToken) -> None:
     with pytest.raises(ConfigError, match="refused the login") as caught:
         Pkcs11Token.open(softhsm.settings(pin="0000-wrong"))
     (issue,) = caught.value.issues
-    assert issue.path == "connection.clientCertificate.pkcs11.pin"
+    assert issue.path == "connection.clientCertificate.pin"
     assert "PinIncorrect" in issue.message
     assert "0000-wrong" not in str(caught.value)
 
@@ -222,7 +222,7 @@ def test_the_pin_from_pin_env(softhsm: SoftHsmToken, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("OPCUA_TOKEN_PIN", "9999-wrong")
     with pytest.raises(ConfigError) as caught:
         Pkcs11Token.open(softhsm.settings(pin_env="OPCUA_TOKEN_PIN"))
-    assert caught.value.issues[0].path == "connection.clientCertificate.pkcs11.pinEnv"
+    assert caught.value.issues[0].path == "connection.clientCertificate.pinEnv"
 
 
 def test_a_missing_pin_env_variable_names_it(
@@ -231,7 +231,7 @@ def test_a_missing_pin_env_variable_names_it(
     monkeypatch.delenv("OPCUA_NO_SUCH_PIN", raising=False)
     with pytest.raises(ConfigError, match="OPCUA_NO_SUCH_PIN") as caught:
         Pkcs11Token.open(softhsm.settings(pin_env="OPCUA_NO_SUCH_PIN"))
-    assert caught.value.issues[0].path == "connection.clientCertificate.pkcs11.pinEnv"
+    assert caught.value.issues[0].path == "connection.clientCertificate.pinEnv"
     with pytest.raises(ConfigError, match="pin or pinEnv"):
         Pkcs11Token.open(
             Pkcs11Key(softhsm.module_path, 0, key_label="k", cert_label="c"), environ={}
@@ -254,7 +254,7 @@ def test_token_settings_that_find_nothing_name_their_key(
     connection = secure_connection(Pkcs11Key(**values))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=text) as caught:
         load_client_identity(connection, None)
-    assert caught.value.issues[0].path == f"connection.clientCertificate.pkcs11.{path}"
+    assert caught.value.issues[0].path == f"connection.clientCertificate.{path}"
 
 
 def test_identity_from_the_token(softhsm: SoftHsmToken, caplog: pytest.LogCaptureFixture) -> None:
@@ -339,7 +339,7 @@ def test_a_second_user_with_a_wrong_pin_is_refused_while_the_token_is_open(
     with Pkcs11Token.open(softhsm.settings()):
         with pytest.raises(ConfigError, match="another PIN") as caught:
             Pkcs11Token.open(softhsm.settings(pin="1111-wrong"))
-        assert caught.value.issues[0].path == "connection.clientCertificate.pkcs11.pin"
+        assert caught.value.issues[0].path == "connection.clientCertificate.pin"
         assert "1111-wrong" not in str(caught.value)
 
 

@@ -116,7 +116,8 @@ class _Login:
 
 
 class Pkcs11Token:
-    """One use of a logged-in token; every call into the module holds its lock."""
+    """One use of a logged-in token; every call into the module holds its lock. `path` is
+    the JSON path of the clientCertificate whose modulePath, slotIndex and pin it names."""
 
     def __init__(
         self,
@@ -125,7 +126,7 @@ class Pkcs11Token:
         pin: str,
         *,
         rw: bool = False,
-        path: str = "connection.clientCertificate.pkcs11",
+        path: str = "connection.clientCertificate",
         pin_key: str = "pin",
     ) -> None:
         self.module_path = module_path
@@ -182,7 +183,7 @@ class Pkcs11Token:
         key: Pkcs11Key,
         environ: Mapping[str, str] | None = None,
         *,
-        path: str = "connection.clientCertificate.pkcs11",
+        path: str = "connection.clientCertificate",
     ) -> Pkcs11Token:
         """Opens and logs in to the token `key` names, its PIN inline or from `pinEnv`."""
         env = os.environ if environ is None else environ

@@ -161,8 +161,8 @@ def load_client_identity(
         certificate, chain = certs[0], certs[1:]
     elif spec.source == "pkcs11":
         if spec.pkcs11 is None:
-            raise _error(f"{where}.pkcs11", "source pkcs11 needs the pkcs11 settings")
-        token = Pkcs11Token.open(spec.pkcs11, environ, path=f"{where}.pkcs11")
+            raise _error(where, "source pkcs11 needs modulePath and keyLabel")
+        token = Pkcs11Token.open(spec.pkcs11, environ, path=where)
         try:
             private_key = token.private_key(spec.pkcs11.key_label)
             certificate = token.certificate(spec.pkcs11.cert_label)
