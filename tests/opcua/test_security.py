@@ -118,7 +118,7 @@ def intermediate(root: Issued) -> Issued:
 
 
 @pytest.fixture(scope="module")
-def server(intermediate: Issued) -> Issued:
+def leaf(intermediate: Issued) -> Issued:
     return issue("opcua server", issuer=intermediate, uris=("urn:test:server",))
 
 
@@ -158,10 +158,10 @@ def only_issue(error: ConfigError) -> tuple[str, str]:
 # -- trust store ---------------------------------------------------------------------------
 
 
-def test_directories_are_created_0700_at_first_use(store: TrustStore, server: Issued) -> None:
+def test_directories_are_created_0700_at_first_use(store: TrustStore, leaf: Issued) -> None:
     assert not store.pki_dir.exists()
     with pytest.raises(DeviceError):
-        store.check_server_certificate(server.der)
+        store.check_server_certificate(leaf.der)
     for directory in (store.pki_dir, store.trusted, store.rejected, store.issuers):
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700
 
@@ -176,70 +176,70 @@ def test_a_certificate_in_trusted_is_accepted(store: TrustStore, client: Issued,
 
 
 def test_a_certificate_chaining_to_a_trusted_ca_is_accepted(
-    store: TrustStore, root: Issued, intermediate: Issued, server: Issued
+    store: TrustStore, root: Issued, intermediate: Issued, leaf: Issued
 ) -> None:
     store.ensure()
     (store.trusted / "root.der").write_bytes(root.der)
     (store.issuers / "intermediate.pem").write_bytes(intermediate.pem)
-    assert store.check_server_certificate(server.der) == server.cert
+    assert store.check_server_certificate(leaf.der) == leaf.cert
 
 
 def test_the_servers_own_chain_supplies_the_intermediate(
-    store: TrustStore, root: Issued, intermediate: Issued, server: Issued
+    store: TrustStore, root: Issued, intermediate: Issued, leaf: Issued
 ) -> None:
     store.ensure()
     (store.trusted / "root.pem").write_bytes(root.pem)
     # Without the intermediate there is no path to the root.
     with pytest.raises(DeviceError):
-        store.check_server_certificate(server.der)
-    assert store.check_server_certificate(server.der + intermediate.der) == server.cert
+        store.check_server_certificate(leaf.der)
+    assert store.check_server_certificate(leaf.der + intermediate.der) == leaf.cert
 
 
 def test_a_ca_in_issuers_alone_does_not_make_a_certificate_trusted(
-    store: TrustStore, root: Issued, intermediate: Issued, server: Issued
+    store: TrustStore, root: Issued, intermediate: Issued, leaf: Issued
 ) -> None:
     store.ensure()
     (store.issuers / "root.der").write_bytes(root.der)
     (store.issuers / "intermediate.der").write_bytes(intermediate.der)
     with pytest.raises(DeviceError, match="does not chain") as caught:
-        store.check_server_certificate(server.der)
+        store.check_server_certificate(leaf.der)
     assert caught.value.code == "BadCertificateUntrusted"
 
 
 def test_an_untrusted_certificate_is_written_to_rejected_and_named(
-    store: TrustStore, server: Issued
+    store: TrustStore, leaf: Issued
 ) -> None:
     with pytest.raises(DeviceError) as caught:
-        store.check_server_certificate(server.der)
-    thumbprint = sha1_thumbprint(server.der)
+        store.check_server_certificate(leaf.der)
+    thumbprint = sha1_thumbprint(leaf.der)
     rejected = store.rejected / f"{thumbprint}.der"
     assert caught.value.code == "BadCertificateUntrusted"
     assert thumbprint in str(caught.value)
     assert str(rejected) in str(caught.value)
-    assert rejected.read_bytes() == server.der
+    assert rejected.read_bytes() == leaf.der
     assert [p.name for p in store.rejected.iterdir()] == [rejected.name]
     # The operator's move from rejected/ to trusted/ is what trusts it; nothing else does.
     with pytest.raises(DeviceError):
-        store.check_server_certificate(server.der)
+        store.check_server_certificate(leaf.der)
     shutil.move(rejected, store.trusted / rejected.name)
-    assert store.check_server_certificate(server.der) == server.cert
+    assert store.check_server_certificate(leaf.der) == leaf.cert
 
 
 def test_the_pin_overrides_the_trust_list(
-    store: TrustStore, client: Issued, server: Issued, root: Issued, intermediate: Issued
+    store: TrustStore, client: Issued, leaf: Issued, root: Issued, intermediate: Issued
 ) -> None:
     store.ensure()
     for item in (client, root, intermediate):
         (store.trusted / f"{item.cert.serial_number}.der").write_bytes(item.der)
     # Trusted by the list, but not the pinned one: refused.
     with pytest.raises(DeviceError, match="pinned") as caught:
-        store.check_server_certificate(client.der, pin=server.der)
+        store.check_server_certificate(client.der, pin=leaf.der)
     assert caught.value.code == "BadCertificateUntrusted"
     assert (store.rejected / f"{sha1_thumbprint(client.der)}.der").exists()
     # The pinned one is accepted whatever the list says.
     shutil.rmtree(store.trusted)
     store.trusted.mkdir()
-    assert store.check_server_certificate(server.der, pin=server.der) == server.cert
+    assert store.check_server_certificate(leaf.der, pin=leaf.der) == leaf.cert
 
 
 @pytest.mark.parametrize(
@@ -314,15 +314,15 @@ def test_an_unreadable_trust_list_file_is_skipped_with_a_warning(
 
 
 @pytest.mark.parametrize("form", ["pem", "der"])
-def test_a_pin_from_a_file_is_der(tmp_path: Path, server: Issued, form: str) -> None:
+def test_a_pin_from_a_file_is_der(tmp_path: Path, leaf: Issued, form: str) -> None:
     path = tmp_path / f"pin.{form}"
-    path.write_bytes(server.pem if form == "pem" else server.der)
-    assert load_server_pin(ServerCertificatePin("file", path=str(path)), None) == server.der
+    path.write_bytes(leaf.pem if form == "pem" else leaf.der)
+    assert load_server_pin(ServerCertificatePin("file", path=str(path)), None) == leaf.der
 
 
-def test_a_pin_file_with_two_certificates_is_refused(tmp_path: Path, server: Issued) -> None:
+def test_a_pin_file_with_two_certificates_is_refused(tmp_path: Path, leaf: Issued) -> None:
     path = tmp_path / "two.pem"
-    path.write_bytes(server.pem + server.pem)
+    path.write_bytes(leaf.pem + leaf.pem)
     with pytest.raises(ConfigError) as caught:
         load_server_pin(ServerCertificatePin("file", path=str(path)), None)
     assert only_issue(caught.value)[0] == "connection.trust.serverCertificate.path"
@@ -344,12 +344,12 @@ def vault(tmp_path: Path) -> tuple[Vault, VaultSecrets]:
 
 
 def test_a_pin_from_the_vault_defaults_to_ca_pem(
-    vault: tuple[Vault, VaultSecrets], server: Issued, client: Issued
+    vault: tuple[Vault, VaultSecrets], leaf: Issued, client: Issued
 ) -> None:
     store, secrets = vault
-    store.put("peer", {"caPem": server.pem.decode(), "other": client.pem.decode()})
+    store.put("peer", {"caPem": leaf.pem.decode(), "other": client.pem.decode()})
     assert load_server_pin(ServerCertificatePin("vault", secret=SecretRef("peer")), secrets) == (
-        server.der
+        leaf.der
     )
     pin = ServerCertificatePin("vault", secret=SecretRef("peer", "other"))
     assert load_server_pin(pin, secrets) == client.der
@@ -613,15 +613,15 @@ def test_an_unresolvable_password_names_its_key_without_a_value(
 # -- summary -------------------------------------------------------------------------------
 
 
-def test_certificate_summary(server: Issued, intermediate: Issued) -> None:
-    summary = certificate_summary(server.cert)
+def test_certificate_summary(leaf: Issued, intermediate: Issued) -> None:
+    summary = certificate_summary(leaf.cert)
     assert summary == {
         "subject": "CN=opcua server",
         "issuer": "CN=unskit test intermediate",
-        "serialNumber": format(server.cert.serial_number, "x"),
-        "notBefore": server.cert.not_valid_before_utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "notAfter": server.cert.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "sha256": server.cert.fingerprint(hashes.SHA256()).hex(),
+        "serialNumber": format(leaf.cert.serial_number, "x"),
+        "notBefore": leaf.cert.not_valid_before_utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "notAfter": leaf.cert.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "sha256": leaf.cert.fingerprint(hashes.SHA256()).hex(),
         "sanUris": ["urn:test:server"],
     }
     assert certificate_summary(intermediate.cert)["sanUris"] == []
