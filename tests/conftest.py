@@ -63,6 +63,7 @@ SERVER_FIXTURES = frozenset(
         "connected",
         "scrape_registry",
         "vault_files",
+        "opcua_server",
     }
 )
 
