@@ -3,15 +3,18 @@ peer, and RSA application certificates for its secure endpoints."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ipaddress
 import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -90,7 +93,7 @@ def make_app_certificate(folder: Path, name: str, uri: str) -> AppCertificate:
         .sign(key, hashes.SHA256())
     )
     paths = AppCertificate(
-        folder / f"{name}.der", folder / f"{name}.pem", folder / f"{name}.key", uri
+        folder / f"{name}.der", folder / f"{name}.pem", folder / f"{name}.key.pem", uri
     )
     paths.der.write_bytes(cert.public_bytes(serialization.Encoding.DER))
     paths.pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
@@ -196,9 +199,11 @@ class CollectingSink:
         with self._cond:
             return [r for r in self.readings if r.signal_id == signal_id]
 
-    def wait_for(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+    def wait_for(
+        self, condition: Callable[[], bool], timeout: float, what: str, quiet: bool = False
+    ) -> None:
         with self._cond:
-            if not self._cond.wait_for(condition, timeout):
+            if not self._cond.wait_for(condition, timeout) and not quiet:
                 raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
@@ -251,3 +256,40 @@ def instance(
 
 def good(sink: CollectingSink, signal_id: str) -> list[Reading]:
     return [r for r in sink.of(signal_id) if r.quality is Quality.GOOD]
+
+
+def pump(
+    driver: Any, sink: CollectingSink, condition: Callable[[], bool], timeout: float, what: str
+) -> None:
+    """Plays the runtime's part: calls `maintain()` whenever the driver asks (a wake or its
+    own timer) until `condition` holds; AssertionError naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    wakes = -1
+    due = 0.0
+    while not condition():
+        now = time.monotonic()
+        if now > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        if sink.wakes != wakes or now >= due:
+            wakes = sink.wakes
+            after = driver.maintain()
+            due = now + (after if after is not None else 3600)
+        sink.wait_for(
+            lambda seen=wakes: condition() or sink.wakes != seen,
+            min(0.2, max(0.0, deadline - time.monotonic())) or 0.01,
+            what,
+            quiet=True,
+        )
+
+
+def call_sim_method(endpoint: str, method: str, name: str) -> None:
+    """Calls RemoveNode or RestoreNode on the sim's Line1 folder (a separate client)."""
+    from asyncua import Client
+
+    async def call() -> None:
+        async with Client(endpoint) as client:
+            idx = await client.get_namespace_index(SIM)
+            line1 = client.get_node(f"ns={idx};s=Line1")
+            await line1.call_method(f"{idx}:{method}", name)
+
+    asyncio.run(call())

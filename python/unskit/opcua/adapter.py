@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from asyncua import Client, ua
@@ -124,7 +125,7 @@ def _certificate_summary(der: bytes | None) -> dict[str, Any] | None:
 
 
 def _load_certificate(path: str) -> x509.Certificate:
-    data = open(path, "rb").read()  # noqa: SIM115 - read at once
+    data = Path(path).read_bytes()
     if b"-----BEGIN" in data:
         return x509.load_pem_x509_certificate(data)
     return x509.load_der_x509_certificate(data)
@@ -167,7 +168,7 @@ async def _apply_security(client: Client, connection: OpcUaConnection) -> dict[s
     try:
         cert = _load_certificate(source.cert_path)
         key = serialization.load_pem_private_key(
-            open(source.key_path, "rb").read(),  # noqa: SIM115
+            Path(source.key_path).read_bytes(),
             password=None,
         )
     except (OSError, ValueError) as error:

@@ -27,6 +27,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from asyncua import Server, ua
@@ -136,7 +137,8 @@ async def _create_item(
     self: MonitoredItemService, params: ua.MonitoredItemCreateRequest
 ) -> ua.MonitoredItemCreateResult:
     flt = params.RequestedParameters.Filter
-    if isinstance(flt, ua.DataChangeFilter) and flt.DeadbandType == ua.DeadbandType.Percent:
+    # Duck-typed: the decoded filter's class is not always the one ua exports.
+    if getattr(flt, "DeadbandType", None) == ua.DeadbandType.Percent:
         span = _eu_span(self, params.ItemToMonitor.NodeId)
         if span is None:
             return ua.MonitoredItemCreateResult(
@@ -192,8 +194,13 @@ class Simulator:
         await server.set_application_uri(args.application_uri)
         policies = [ua.SecurityPolicyType.NoSecurity]
         if args.certificate:
-            await server.load_certificate(args.certificate)
-            await server.load_private_key(args.private_key)
+            # By content, not file name: asyncua takes anything not named .pem for DER.
+            for path, load in (
+                (args.certificate, server.load_certificate),
+                (args.private_key, server.load_private_key),
+            ):
+                data = Path(path).read_bytes()
+                await load(data, format="pem" if b"-----BEGIN" in data else "der")
             policies += [
                 ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt,
                 ua.SecurityPolicyType.Basic256Sha256_Sign,
@@ -297,6 +304,9 @@ class Simulator:
         )
         if writable:
             await node.set_writable()
+        if value.is_array:
+            await node.write_value_rank(1)
+            await node.write_array_dimensions([0])
         self.nodes[name] = node
         return node
 

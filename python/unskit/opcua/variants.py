@@ -22,6 +22,7 @@ import uuid
 from typing import Any
 
 from asyncua import ua
+from asyncua.ua import status_codes
 
 from unskit.opcua.matchers import format_stable_id, parse_stable_id
 
@@ -42,7 +43,6 @@ _KINDS = {
     ua.NodeIdType.Guid: "g",
     ua.NodeIdType.ByteString: "b",
 }
-_ENCODINGS = {0: "none", 1: "binary", 2: "xml"}
 
 _INT_RANGES = {
     ua.VariantType.SByte: (-(2**7), 2**7 - 1),
@@ -89,8 +89,9 @@ def status_name(code: ua.StatusCode | int | None) -> str:
     if code is None:
         return "Good"
     value = code.value if isinstance(code, ua.StatusCode) else int(code)
-    name = ua.StatusCode(value).name
-    return name if name else f"0x{value:08X}"
+    # The low 16 bits are info bits (overflow, limits), not part of the code's name.
+    known = status_codes.code_to_name_doc.get(value & 0xFFFF0000)
+    return known[0] if known else f"0x{value:08X}"
 
 
 def type_name(data_type: ua.NodeId | None, value_rank: int | None = None) -> str:
@@ -148,12 +149,14 @@ def to_json(value: Any) -> Any:
     if isinstance(value, ua.Variant):
         return to_json(value.Value)
     if isinstance(value, ua.ExtensionObject):
+        # asyncua leaves Encoding 0 on decoded objects: the body's type tells.
         body = value.Body
+        encoding = "binary" if body is not None else "none"
         if isinstance(body, ua.XmlElement):
-            body = body.Value.encode("utf-8")
+            body, encoding = body.Value.encode("utf-8"), "xml"
         return {
             "typeId": stable_id(value.TypeId),
-            "encoding": _ENCODINGS.get(int(value.Encoding), str(value.Encoding)),
+            "encoding": encoding,
             "body": base64.b64encode(body or b"").decode("ascii"),
         }
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
