@@ -294,6 +294,35 @@ def test_a_deleted_node_goes_bad_alone_and_recovers_when_re_added(
     assert counters["itemsCreated"] >= 3
 
 
+def test_a_model_change_event_re_runs_the_matching(
+    opcua_server: Callable[..., OpcUaSim], make_driver: Any
+) -> None:
+    sim = opcua_server("--namespaces", f"urn:a,{SIM}")
+    call_sim_method(sim.endpoint, "RemoveNode", "Setpoint")
+    driver = make_driver(instance(sim.endpoint, [subscription(matcher("Setpoint|Counter"))]))
+    driver.connect(10)
+    sink = CollectingSink()
+    driver.subscribe(sink)
+    assert [s.id for s in driver.signals()] == [sid("Counter")]
+    call_sim_method(sim.endpoint, "RestoreNode", "Setpoint")
+    # Never an item, so no retry timer: only the event can bring it in.
+    pump(driver, sink, lambda: bool(good(sink, sid("Setpoint"))), 15, "Setpoint to appear")
+    assert {s.id for s in driver.signals()} == {sid("Counter"), sid("Setpoint")}
+    assert sink.changes >= 1
+    assert good(sink, sid("Setpoint"))[0].value == 10.0
+
+
+def test_unskit_opcua_sim_serves_the_default_path(tmp_path: Path, make_driver: Any) -> None:
+    sim = OpcUaSim(tmp_path, command=("-m", "unskit.cli", "opcua-sim")).start()
+    try:
+        assert sim.endpoint.endswith("/unskit/")
+        driver = make_driver(instance(sim.endpoint))
+        driver.connect(10)
+        assert driver.describe()["namespaces"][2] == SIM
+    finally:
+        sim.stop()
+
+
 def test_a_server_restart_is_reported_lost_and_a_new_session_delivers_again(
     opcua_server: Callable[..., OpcUaSim], make_driver: Any
 ) -> None:
@@ -321,13 +350,21 @@ def test_a_server_restart_is_reported_lost_and_a_new_session_delivers_again(
     )
     counters = {s.name: s.total for s in metrics.collect(reset_interval=False)}
     assert (counters["connects"], counters["sessionLosses"]) == (2, 1)
+    assert counters["notifications"] >= len(good(sink, sid("Counter"))) + 2
+    families = {(s.family, s.dimensions["instance"]) for s in metrics.collect(reset_interval=False)}
+    assert families >= {
+        ("OpcUaConnection", "plc1"),
+        ("OpcUaSubscription", "plc1"),
+        ("OpcUaBrowse", "plc1"),
+    }
 
 
 def test_write_read_round_trip_and_refusals(
     opcua_server: Callable[..., OpcUaSim], make_driver: Any
 ) -> None:
     sim = opcua_server("--namespaces", f"urn:a,{SIM}")
-    driver = make_driver(instance(sim.endpoint))
+    metrics = MetricsRegistry()
+    driver = make_driver(instance(sim.endpoint), metrics=metrics)
     driver.connect(10)
     driver.write(driver.signal_for(sid("Setpoint")), 42.5)
     driver.write(driver.signal_for(sid("Mode")), 7)
@@ -351,6 +388,10 @@ def test_write_read_round_trip_and_refusals(
         driver.write(driver.signal_for(sid("Double")), 1.0)
     assert refused.value.code == "BadUserAccessDenied"
     assert driver.read(PollGroupSpec("r", 0, [driver.signal_for(sid("Double"))]))[0].value == 3.25
+    counters = {
+        s.name: s.total for s in metrics.collect(reset_interval=False) if s.family == "OpcUaCommand"
+    }
+    assert counters == {"writes": 2, "writeErrors": 3, "reads": 2}
 
 
 def test_signal_for_parses_every_id_kind_and_refuses_malformed_ones(

@@ -116,6 +116,8 @@ class OpcUaSim:
     options: Sequence[str] = ()
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    #: How Python runs it: the module, or the `unskit opcua-sim` command.
+    command: Sequence[str] = ("-m", "unskit.opcua.sim")
 
     @property
     def endpoint(self) -> str:
@@ -135,8 +137,7 @@ class OpcUaSim:
             self.process = subprocess.Popen(
                 [
                     sys.executable,
-                    "-m",
-                    "unskit.opcua.sim",
+                    *self.command,
                     "--port",
                     str(self.port),
                     *self.options,
@@ -287,7 +288,9 @@ def call_sim_method(endpoint: str, method: str, name: str) -> None:
     from asyncua import Client
 
     async def call() -> None:
-        async with Client(endpoint) as client:
+        client = Client(endpoint)
+        client.session_timeout = 600_000  # what the sim grants: no warning
+        async with client:
             idx = await client.get_namespace_index(SIM)
             line1 = client.get_node(f"ns={idx};s=Line1")
             await line1.call_method(f"{idx}:{method}", name)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from asyncua import Client, ua
+from asyncua.client.ua_client import UaClientState
 from asyncua.crypto import security_policies, uacrypto
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -57,6 +58,18 @@ __all__ = ["OpcUaDriver"]
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
+
+
+class _LostTeardown(logging.Filter):
+    """Drops asyncua's warnings about closing a session whose socket is already gone: the
+    driver reported the loss itself, and closes what is left on purpose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "was called but connection is closed" not in record.getMessage()
+
+
+for _name in ("asyncua.client.ua_session.UaSession", "asyncua.client.ua_client.UaClient"):
+    logging.getLogger(_name).addFilter(_LostTeardown())
 
 RETRY_FIRST_S = 5.0
 RETRY_MAX_S = 60.0
@@ -299,6 +312,9 @@ class OpcUaDriver:
                 raise
             raise self._device_error(error, "cannot open a session") from error
         self._client = client
+        # A dropped socket is seen at once (asyncua's watchdog only ticks every second), and
+        # in time to stop the publish loop before it logs the failed request as a crash.
+        client.uaclient._add_state_listener(lambda state: self._on_state(client, state))
         self._lost = None
         self._namespaces = list(namespaces)
         self._count("OpcUaConnection", "connects")
@@ -315,6 +331,10 @@ class OpcUaDriver:
         if isinstance(error, (OSError, ConnectionError)):
             return DeviceError(f"{endpoint}: {doing}: {error}", connection_lost=True)
         return DeviceError(f"{endpoint}: {doing}: {type(error).__name__}: {error}")
+
+    def _on_state(self, client: Client, state: UaClientState) -> None:
+        if state is UaClientState.DISCONNECTED and client is self._client:
+            self._session_lost("the server closed the connection")
 
     async def _on_connection_lost(self, error: Exception) -> None:
         self._session_lost(f"session lost ({type(error).__name__}: {error})")
