@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 import math
@@ -13,8 +14,17 @@ import pytest
 from asyncua import ua
 
 from tests.support.opcua import matcher, subscription
-from unskit.opcua.matchers import BrowsedNode, parse_stable_id, resolve_namespaces, select
+from unskit.opcua.matchers import (
+    BrowsedNode,
+    Child,
+    MonitoredNode,
+    parse_stable_id,
+    resolve_namespaces,
+    select,
+    walk,
+)
 from unskit.opcua.variants import from_json, node_id, stable_id, status_name, to_json, type_name
+from unskit.southbound.driver import SignalSpec
 
 UTC = datetime.timezone.utc
 
@@ -236,3 +246,104 @@ def test_namespace_resolution(caplog: pytest.LogCaptureFixture) -> None:
     assert resolved == {"$.i0": 2, "$.i1": 7, "$.i2": None}
     assert [r.getMessage() for r in caplog.records if "$.i2" in r.getMessage()]
     assert re.search(r"urn:gone", caplog.text)
+
+
+def tree(width: int, depth: int) -> dict[str, list[Child]]:
+    """A folder tree in namespace 2: every folder holds `width` variables and folders."""
+    children: dict[str, list[Child]] = {}
+
+    def folder(name: str, level: int) -> None:
+        kids = []
+        for n in range(width):
+            var = f"{name}.v{n}"
+            kids.append(Child(var, BrowsedNode(2, "s", var, var, var), variable=True))
+            kids.append(
+                Child(
+                    f"{var}.EURange",
+                    BrowsedNode(2, "i", "9", "EURange", "EURange"),
+                    variable=True,
+                    property=True,
+                )
+            )
+            if level < depth:
+                sub = f"{name}.f{n}"
+                kids.append(Child(sub, BrowsedNode(2, "s", sub, sub, sub), variable=False))
+                folder(sub, level + 1)
+        children[name] = kids
+
+    folder("root", 1)
+    return children
+
+
+def browse_of(children: dict[str, list[Child]], calls: list[int]) -> Any:
+    async def browse(nodes: list[Any]) -> list[Child]:
+        calls.append(len(nodes))
+        return [c for n in nodes for c in children.get(n, [])]
+
+    return browse
+
+
+def test_the_walk_finds_variables_and_leaves_properties_out() -> None:
+    children = tree(3, 2)
+    calls: list[int] = []
+    found, visited = asyncio.run(walk(browse_of(children, calls), "root", {2}, label="t"))
+    assert set(found) == {
+        f"ns=2;s={c.address}" for k in children.values() for c in k if c.variable and not c.property
+    }
+    assert visited == 3 + 3 + 3 * 3  # variables and folders of the root, variables below
+    assert max(calls) <= 100
+
+
+def test_the_walk_stops_at_its_budget_and_logs_progress(caplog: pytest.LogCaptureFixture) -> None:
+    children = tree(20, 3)  # 20 + 20 + 400 + 400 + 8000 nodes
+    with caplog.at_level(logging.INFO, logger="unskit.opcua.matchers"):
+        found, visited = asyncio.run(
+            walk(browse_of(children, []), "root", {2}, label="plc1", budget=1000, progress=300)
+        )
+    assert visited == 1000
+    assert len(found) < 1000
+    progress = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert [m.split(",")[0] for m in progress] == [
+        "plc1: browsed 300 nodes",
+        "plc1: browsed 600 nodes",
+        "plc1: browsed 900 nodes",
+    ]
+    assert any(
+        "budget of 1000 nodes" in r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING
+    )
+
+
+def test_the_walk_skips_namespace_0_unless_wanted() -> None:
+    children = {
+        "root": [
+            Child("server", BrowsedNode(0, "i", "2253", "Server", "Server"), variable=False),
+            Child("plant", BrowsedNode(2, "s", "plant", "plant", "plant"), variable=False),
+        ],
+        "server": [Child("state", BrowsedNode(0, "i", "2259", "State", "State"), variable=True)],
+        "plant": [Child("t", BrowsedNode(2, "s", "t", "t", "t"), variable=True)],
+    }
+    found, _ = asyncio.run(walk(browse_of(children, []), "root", {2}, label="t"))
+    assert set(found) == {"ns=2;s=t"}
+    found, _ = asyncio.run(walk(browse_of(children, []), "root", {0, 2}, label="t"))
+    assert set(found) == {"ns=2;s=t", "ns=0;i=2259"}
+
+
+def test_a_failed_item_is_retried_after_5_s_doubling_to_60_s() -> None:
+    item = MonitoredNode(SignalSpec("ns=2;s=a", "a", "Double"), "a", "s1", matcher("a"), 1)
+    assert item.due(0.0)
+    assert item.failed("BadNodeIdUnknown", 100.0) == (True, None)
+    delays = []
+    now = 100.0
+    for _ in range(6):
+        assert not item.due(item.retry_at - 0.001)
+        assert item.due(item.retry_at)
+        delays.append(item.retry_at - now)
+        now = item.retry_at
+        assert item.failed("BadNodeIdUnknown", now) == (False, None)
+    assert delays == [5.0, 10.0, 20.0, 40.0, 60.0, 60.0]
+    item.created(77)
+    assert (item.status, item.monitored, item.due(now + 1000)) == ("Good", 77, False)
+    assert item.failed("BadNodeIdUnknown", now) == (True, 77)
+    assert item.retry_at == now + 5.0

@@ -31,8 +31,16 @@ from asyncua.crypto import security_policies, uacrypto
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from unskit.opcua.config import OpcUaConnection, OpcUaSettings, SignalMatcher, SubscriptionSpec
-from unskit.opcua.matchers import BrowsedNode, Selected, resolve_namespaces, select
+from unskit.opcua.config import OpcUaConnection, OpcUaSettings, SubscriptionSpec
+from unskit.opcua.matchers import (
+    BrowsedNode,
+    Child,
+    MonitoredNode,
+    Selected,
+    resolve_namespaces,
+    select,
+    walk,
+)
 from unskit.opcua.variants import (
     from_json,
     identifier_text,
@@ -71,13 +79,6 @@ class _LostTeardown(logging.Filter):
 for _name in ("asyncua.client.ua_session.UaSession", "asyncua.client.ua_client.UaClient"):
     logging.getLogger(_name).addFilter(_LostTeardown())
 
-RETRY_FIRST_S = 5.0
-RETRY_MAX_S = 60.0
-#: The walk stops after this many nodes (with a warning); progress is logged every
-#: BROWSE_PROGRESS nodes.
-BROWSE_BUDGET = 100_000
-BROWSE_PROGRESS = 5_000
-_BROWSE_BATCH = 100
 _ITEM_BATCH = 1000
 _SUBSCRIBE_TIMEOUT_S = 600.0
 _SESSION_TIMEOUT_MS = 600_000
@@ -93,21 +94,6 @@ _POLICIES: dict[str, type[security_policies.SecurityPolicy]] = {
     "Aes128_Sha256_RsaOaep": security_policies.SecurityPolicyAes128Sha256RsaOaep,
     "Aes256_Sha256_RsaPss": security_policies.SecurityPolicyAes256Sha256RsaPss,
 }
-
-
-@dataclass
-class _Item:
-    """One monitored node."""
-
-    signal: SignalSpec
-    nodeid: ua.NodeId
-    subscription: str
-    matcher: SignalMatcher
-    handle: int
-    monitored: int | None = None
-    status: str = "Pending"
-    retry_at: float = 0.0
-    retry_delay: float = RETRY_FIRST_S
 
 
 @dataclass
@@ -230,8 +216,8 @@ class OpcUaDriver:
         self._security: dict[str, Any] = {}
         self._namespaces: list[str] = []
         self._resolved: dict[str, int | None] = {}
-        self._items: dict[str, _Item] = {}
-        self._handles: dict[int, _Item] = {}
+        self._items: dict[str, MonitoredNode] = {}
+        self._handles: dict[int, MonitoredNode] = {}
         self._subscriptions: dict[str, _Subscription] = {}
         self._next_handle = 1
         self._lost: DeviceError | None = None
@@ -514,49 +500,29 @@ class OpcUaDriver:
                 status_name(created[0].StatusCode),
             )
 
-    async def _walk(self) -> dict[str, tuple[BrowsedNode, ua.NodeId]]:
-        """Every Variable under Objects (hierarchical references, properties left out)."""
+    async def _walk(self) -> dict[str, Child]:
+        """Every Variable under Objects in a matcher's namespace, by stable id."""
         client = self._require()
-        wanted = {ns for ns in self._resolved.values() if ns is not None}
-        found: dict[str, tuple[BrowsedNode, ua.NodeId]] = {}
-        start = ua.NodeId(ua.ObjectIds.ObjectsFolder)
-        seen = {start}
-        queue = [start]
-        visited = 0
-        while queue:
-            batch, queue = queue[:_BROWSE_BATCH], queue[_BROWSE_BATCH:]
-            for ref in await self._children(client, batch, variables_too=True):
-                child = ref.NodeId
-                if child in seen or ref.ReferenceTypeId == _HAS_PROPERTY:
-                    continue
-                seen.add(child)
-                visited += 1
-                if visited % BROWSE_PROGRESS == 0:
-                    _log.info(
-                        "%s: browsed %d nodes, %d variables", self.spec.id, visited, len(found)
-                    )
-                if visited >= BROWSE_BUDGET:
-                    _log.warning(
-                        "%s: the browse stopped at its budget of %d nodes; nodes beyond it are "
-                        "not matched",
-                        self.spec.id,
-                        BROWSE_BUDGET,
-                    )
-                    self._count("OpcUaBrowse", "nodesVisited", visited)
-                    return found
-                if ref.NodeClass == ua.NodeClass.Variable and child.NamespaceIndex in wanted:
-                    kind, text = identifier_text(child)
-                    node = BrowsedNode(
-                        child.NamespaceIndex,
-                        kind,
-                        text,
+
+        async def children(nodes: list[Any]) -> list[Child]:
+            return [
+                Child(
+                    ref.NodeId,
+                    BrowsedNode(
+                        ref.NodeId.NamespaceIndex,
+                        *identifier_text(ref.NodeId),
                         ref.BrowseName.Name or "",
                         ref.DisplayName.Text or "",
-                    )
-                    found[node.stable_id] = (node, child)
-                # Namespace 0 holds the server's own objects: walked only when a matcher wants it.
-                if child.NamespaceIndex != 0 or 0 in wanted:
-                    queue.append(child)
+                    ),
+                    variable=ref.NodeClass == ua.NodeClass.Variable,
+                    property=ref.ReferenceTypeId == _HAS_PROPERTY,
+                )
+                for ref in await self._children(client, nodes, variables_too=True)
+            ]
+
+        wanted = {ns for ns in self._resolved.values() if ns is not None}
+        objects = ua.NodeId(ua.ObjectIds.ObjectsFolder)
+        found, visited = await walk(children, objects, wanted, label=self.spec.id)
         self._count("OpcUaBrowse", "browses")
         self._count("OpcUaBrowse", "nodesVisited", visited)
         return found
@@ -597,12 +563,12 @@ class OpcUaDriver:
         """Browses, matches, creates the new items, drops the vanished ones."""
         found = await self._walk()
         chosen: dict[str, tuple[Selected, str]] = {}
+        nodes = [child.node for child in found.values()]
         for spec in self.settings.subscriptions:
-            nodes = [node for node, _ in found.values()]
             for selected in select(spec, nodes, self._resolved):
                 chosen.setdefault(selected.node.stable_id, (selected, spec.id))
         new = [key for key in chosen if key not in self._items]
-        types = await self._types([found[key][1] for key in new])
+        types = await self._types([found[key].address for key in new])
         now = time.monotonic()
         changed = bool(new)
         with self._lock:
@@ -617,8 +583,8 @@ class OpcUaDriver:
                     batch_ms=self.settings.batch_ms,
                     extra={"browseName": selected.node.browse_name},
                 )
-                item = _Item(
-                    signal, found[key][1], subscription, selected.matcher, self._next_handle
+                item = MonitoredNode(
+                    signal, found[key].address, subscription, selected.matcher, self._next_handle
                 )
                 self._items[key] = item
                 self._handles[item.handle] = item
@@ -647,7 +613,7 @@ class OpcUaDriver:
             )
         return names
 
-    async def _eu_spans(self, items: Sequence[_Item]) -> dict[int, float | None]:
+    async def _eu_spans(self, items: Sequence[MonitoredNode]) -> dict[int, float | None]:
         """EURange High - Low of each Percent-deadband item's node, by handle (None: none)."""
         client = self._require()
         spans: dict[int, float | None] = {}
@@ -655,7 +621,7 @@ class OpcUaDriver:
             params = ua.BrowseParameters()
             params.NodesToBrowse = [
                 ua.BrowseDescription(
-                    NodeId=item.nodeid,
+                    NodeId=item.address,
                     BrowseDirection=ua.BrowseDirection.Forward,
                     ReferenceTypeId=_HAS_PROPERTY,
                     IncludeSubtypes=True,
@@ -676,12 +642,12 @@ class OpcUaDriver:
         client = self._require()
         now = time.monotonic()
         with self._lock:
-            due = [i for i in self._items.values() if i.monitored is None and i.retry_at <= now]
+            due = [i for i in self._items.values() if i.due(now)]
         retried = [i for i in due if i.status != "Pending"]
         self._count("OpcUaSubscription", "itemRetries", len(retried))
         percent = [i for i in due if i.matcher.deadband.type == "Percent"]
         spans = await self._eu_spans(percent) if percent else {}
-        failed: list[tuple[_Item, str]] = []
+        failed: list[tuple[MonitoredNode, str]] = []
         for subscription in list(self._subscriptions.values()):
             requests, items = [], []
             for item in due:
@@ -702,9 +668,7 @@ class OpcUaDriver:
                 )
                 for item, result in zip(items[start : start + _ITEM_BATCH], results, strict=True):
                     if result.StatusCode.is_good():
-                        item.monitored = result.MonitoredItemId
-                        item.status = "Good"
-                        item.retry_delay = RETRY_FIRST_S
+                        item.created(result.MonitoredItemId)
                         self._count("OpcUaSubscription", "itemsCreated")
                     else:
                         failed.append((item, status_name(result.StatusCode)))
@@ -715,7 +679,7 @@ class OpcUaDriver:
         if failed and self._sink is not None:
             self._sink.signals_changed()
 
-    def _request(self, item: _Item) -> ua.MonitoredItemCreateRequest:
+    def _request(self, item: MonitoredNode) -> ua.MonitoredItemCreateRequest:
         deadband = item.matcher.deadband
         flt = None
         if deadband.type in ("Absolute", "Percent"):
@@ -725,7 +689,7 @@ class OpcUaDriver:
                 DeadbandValue=deadband.value,
             )
         return ua.MonitoredItemCreateRequest(
-            ItemToMonitor=ua.ReadValueId(NodeId=item.nodeid, AttributeId=ua.AttributeIds.Value),
+            ItemToMonitor=ua.ReadValueId(NodeId=item.address, AttributeId=ua.AttributeIds.Value),
             MonitoringMode=ua.MonitoringMode.Reporting,
             RequestedParameters=ua.MonitoringParameters(
                 ClientHandle=item.handle,
@@ -736,16 +700,12 @@ class OpcUaDriver:
             ),
         )
 
-    def _mark_failed(self, item: _Item, status: str, now: float) -> None:
+    def _mark_failed(self, item: MonitoredNode, status: str, now: float) -> None:
         """The item is not monitored: a BAD reading now, a retry later (lock held)."""
-        first = item.monitored is not None or item.status in ("Pending", "Good")
-        item.status = status
-        item.retry_at = now + item.retry_delay
-        item.retry_delay = min(item.retry_delay * 2, RETRY_MAX_S)
-        if item.monitored is not None:
-            self._stale_items.append((item.subscription, item.monitored))
-            item.monitored = None
-        if first:
+        new, stale = item.failed(status, now)
+        if stale is not None:
+            self._stale_items.append((item.subscription, stale))
+        if new:
             self._count("OpcUaSubscription", "itemsFailed")
         if self._sink is not None:
             self._sink.deliver([Reading(item.signal.id, None, Quality.BAD, detail=status)])
@@ -835,7 +795,7 @@ class OpcUaDriver:
             for i in self._items.values()
             if i.subscription in subscriptions and i.monitored is not None
         ]
-        values = await self._read([(i.nodeid, ua.AttributeIds.NodeClass) for i in items])
+        values = await self._read([(i.address, ua.AttributeIds.NodeClass) for i in items])
         now = time.monotonic()
         with self._lock:
             for item, value in zip(items, values, strict=True):
