@@ -318,7 +318,7 @@ def test_unskit_opcua_sim_serves_the_default_path(tmp_path: Path, make_driver: A
         assert sim.endpoint.endswith("/unskit/")
         driver = make_driver(instance(sim.endpoint))
         driver.connect(10)
-        assert driver.describe()["namespaces"][2] == SIM
+        assert driver.describe()["namespaces"]["2"] == SIM
     finally:
         sim.stop()
 

@@ -84,6 +84,20 @@ _SUBSCRIBE_TIMEOUT_S = 600.0
 _SESSION_TIMEOUT_MS = 600_000
 #: Statuses that mean "the node is not there (now)": the item is dropped and retried.
 _GONE = frozenset({"BadNodeIdUnknown", "BadNodeIdInvalid"})
+#: Service results that mean the session (or its channel) is gone: reconnect.
+_SESSION_GONE = frozenset(
+    {
+        "BadSessionIdInvalid",
+        "BadSessionClosed",
+        "BadSessionNotActivated",
+        "BadSecureChannelClosed",
+        "BadSecureChannelIdInvalid",
+        "BadConnectionClosed",
+        "BadServerHalted",
+        "BadShutdown",
+        "BadSubscriptionIdInvalid",
+    }
+)
 #: Subscription-wide statuses that end the subscription (or the session) itself.
 _SUBSCRIPTION_ENDED = frozenset(
     {"BadTimeout", "BadShutdown", "BadSessionClosed", "BadNoSubscription"}
@@ -260,6 +274,8 @@ class OpcUaDriver:
                 f"{self.settings.connection.endpoint}: no answer within {timeout:g} s",
                 connection_lost=True,
             ) from None
+        except (ua.UaError, OSError) as error:  # asyncua's errors end here, as DeviceErrors
+            raise self._device_error(error, "the request failed") from error
 
     @property
     def _request_s(self) -> float:
@@ -288,8 +304,13 @@ class OpcUaDriver:
         client.session_timeout = _SESSION_TIMEOUT_MS
         client.connection_lost_callback = self._on_connection_lost
         try:
-            self._security = await asyncio.wait_for(_apply_security(client, connection), deadline_s)
-            await asyncio.wait_for(client.connect(), deadline_s)
+            # One deadline for both: security may fetch the endpoints first.
+            async def session() -> dict[str, Any]:
+                facts = await _apply_security(client, connection)
+                await client.connect()
+                return facts
+
+            self._security = await asyncio.wait_for(session(), deadline_s)
             namespaces = await client.get_namespace_array()
         except BaseException as error:
             self._count("OpcUaConnection", "connectFailures")
@@ -311,7 +332,11 @@ class OpcUaDriver:
             return DeviceError(f"{endpoint}: {error}", code=error.code)
         if isinstance(error, ua.UaStatusCodeError):
             name = status_name(error.code)
-            return DeviceError(f"{endpoint}: {doing}: the server answered {name}", code=name)
+            return DeviceError(
+                f"{endpoint}: {doing}: the server answered {name}",
+                code=name,
+                connection_lost=name in _SESSION_GONE,
+            )
         if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
             return DeviceError(f"{endpoint}: {doing}: timed out", connection_lost=True)
         if isinstance(error, (OSError, ConnectionError)):
@@ -431,7 +456,7 @@ class OpcUaDriver:
             "messageMode": self._security.get("messageMode", "None"),
             "serverCertificate": _certificate_summary(peer),
             "subscriptions": subscriptions,
-            "namespaces": dict(enumerate(self._namespaces)),
+            "namespaces": {str(index): uri for index, uri in enumerate(self._namespaces)},
             "security": dict(self._security),
         }
 
