@@ -64,6 +64,7 @@ SERVER_FIXTURES = frozenset(
         "scrape_registry",
         "vault_files",
         "node_opcua_server",
+        "opcua_server",
     }
 )
 

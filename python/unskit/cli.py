@@ -267,6 +267,13 @@ def _add_vault_parser(commands: Any) -> None:
     vault.set_defaults(run=_vault)
 
 
+def _opcua_sim(options: Sequence[str]) -> int:
+    # Imported here: asyncua loads only for this command.
+    from unskit.opcua.sim import main as sim_main
+
+    return sim_main(options)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="unskit", description="unskit command line")
@@ -296,6 +303,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("component", metavar="NAME")
     run.add_argument("options", nargs=argparse.REMAINDER)
     run.set_defaults(run=lambda a: run_component(a.component, a.options))
+
+    # prefix_chars "+": every option goes through untouched to the sim's own parser.
+    sim = commands.add_parser(
+        "opcua-sim",
+        help="run the OPC UA test server on opc.tcp://127.0.0.1:4840/unskit/ (--help for options)",
+        add_help=False,
+        prefix_chars="+",
+    )
+    sim.add_argument("options", nargs=argparse.REMAINDER)
+    sim.set_defaults(run=lambda a: _opcua_sim(a.options))
 
     _add_vault_parser(commands)
     add_tool_parsers(commands)

@@ -1,0 +1,298 @@
+"""The OPC UA simulator (`python -m unskit.opcua.sim`, a real asyncua server) as a test
+peer, and RSA application certificates for its secure endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ipaddress
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tests.support.servers import free_port, wait_until
+from unskit.errors import DeviceError
+from unskit.opcua.config import (
+    DataChangeDeadband,
+    OpcUaConnection,
+    OpcUaSettings,
+    SignalMatcher,
+    SubscriptionSpec,
+)
+from unskit.southbound.driver import InstanceSpec, Quality, Reading, Timing
+
+SIM = "urn:unskit:sim"
+
+
+@dataclass(frozen=True)
+class AppCertificate:
+    """An OPC UA application instance certificate: DER and PEM copies, PEM key."""
+
+    der: Path
+    pem: Path
+    key: Path
+    uri: str
+
+
+def make_app_certificate(folder: Path, name: str, uri: str) -> AppCertificate:
+    """A self-signed RSA-2048 certificate with URI SAN `uri` and the key usages OPC UA wants."""
+    folder.mkdir(parents=True, exist_ok=True)
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [
+                    x509.UniformResourceIdentifier(uri),
+                    x509.DNSName("localhost"),
+                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                ]
+            ),
+            critical=False,
+        )
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=True,
+                key_encipherment=True,
+                data_encipherment=True,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    paths = AppCertificate(
+        folder / f"{name}.der", folder / f"{name}.pem", folder / f"{name}.key.pem", uri
+    )
+    paths.der.write_bytes(cert.public_bytes(serialization.Encoding.DER))
+    paths.pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths.key.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    paths.key.chmod(0o600)
+    return paths
+
+
+@dataclass
+class OpcUaSim:
+    """`python -m unskit.opcua.sim` on 127.0.0.1; `stop()` then `start()` reuses the port."""
+
+    folder: Path
+    options: Sequence[str] = ()
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+    #: How Python runs it: the module, or the `unskit opcua-sim` command.
+    command: Sequence[str] = ("-m", "unskit.opcua.sim")
+
+    @property
+    def endpoint(self) -> str:
+        return f"opc.tcp://127.0.0.1:{self.port}/unskit/"
+
+    @property
+    def log(self) -> Path:
+        return self.folder / "opcua-sim.log"
+
+    def start(self, options: Sequence[str] | None = None) -> OpcUaSim:
+        """Starts the server (with other options, for a restart) and waits for READY."""
+        if options is not None:
+            self.options = options
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.log.write_bytes(b"")
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    *self.command,
+                    "--port",
+                    str(self.port),
+                    *self.options,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        wait_until(self._ready, 60, f"the OPC UA sim on {self.endpoint}", interval=0.05)
+        return self
+
+    def _ready(self) -> bool:
+        assert self.process is not None
+        text = self.log.read_text(errors="replace")
+        if self.process.poll() is not None:
+            raise RuntimeError(f"opcua-sim exited with {self.process.returncode}:\n{text[-3000:]}")
+        return "READY" in text
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self.process = None
+
+
+class CollectingSink:
+    """A ReadingSink that keeps everything, with waits on conditions."""
+
+    def __init__(self) -> None:
+        self.readings: list[Reading] = []
+        self.lost_errors: list[DeviceError] = []
+        self.changes = 0
+        self.wakes = 0
+        self._cond = threading.Condition()
+
+    def deliver(self, readings: Sequence[Reading]) -> None:
+        with self._cond:
+            self.readings.extend(readings)
+            self._cond.notify_all()
+
+    def signals_changed(self) -> None:
+        with self._cond:
+            self.changes += 1
+            self._cond.notify_all()
+
+    def lost(self, error: DeviceError) -> None:
+        with self._cond:
+            self.lost_errors.append(error)
+            self._cond.notify_all()
+
+    def wake(self) -> None:
+        with self._cond:
+            self.wakes += 1
+            self._cond.notify_all()
+
+    def of(self, signal_id: str) -> list[Reading]:
+        with self._cond:
+            return [r for r in self.readings if r.signal_id == signal_id]
+
+    def wait_for(
+        self, condition: Callable[[], bool], timeout: float, what: str, quiet: bool = False
+    ) -> None:
+        with self._cond:
+            if not self._cond.wait_for(condition, timeout) and not quiet:
+                raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def matcher(
+    match: str,
+    *,
+    uri: str | None = SIM,
+    namespace: int = 0,
+    path: str = "$.component.instances[0].subscriptions[0].include[0]",
+    deadband: DataChangeDeadband | None = None,
+    sampling_rate_ms: float = 0,
+) -> SignalMatcher:
+    return SignalMatcher(
+        path=path,
+        namespace_uri=uri,
+        namespace=namespace,
+        match=re.compile(match),
+        sampling_rate_ms=sampling_rate_ms,
+        queue_size=10,
+        deadband=deadband or DataChangeDeadband(),
+    )
+
+
+def subscription(
+    *include: SignalMatcher, exclude: Sequence[SignalMatcher] = (), publish_ms: float = 100
+) -> SubscriptionSpec:
+    return SubscriptionSpec("sub1", publish_ms, tuple(include), tuple(exclude))
+
+
+def instance(
+    endpoint: str,
+    subscriptions: Sequence[SubscriptionSpec] = (),
+    *,
+    connection: OpcUaConnection | None = None,
+) -> InstanceSpec:
+    settings = OpcUaSettings(
+        connection=connection or OpcUaConnection(endpoint=endpoint),
+        subscriptions=tuple(subscriptions),
+        batch_ms=0,
+    )
+    return InstanceSpec(
+        id="plc1",
+        adapter="opcua",
+        endpoint=endpoint,
+        poll_groups=(),
+        timing=Timing(connect_ms=10000, request_timeout_ms=5000),
+        settings=settings,
+    )
+
+
+def good(sink: CollectingSink, signal_id: str) -> list[Reading]:
+    return [r for r in sink.of(signal_id) if r.quality is Quality.GOOD]
+
+
+def pump(
+    driver: Any, sink: CollectingSink, condition: Callable[[], bool], timeout: float, what: str
+) -> None:
+    """Plays the runtime's part: calls `maintain()` whenever the driver asks (a wake or its
+    own timer) until `condition` holds; AssertionError naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    wakes = -1
+    due = 0.0
+    while not condition():
+        now = time.monotonic()
+        if now > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        if sink.wakes != wakes or now >= due:
+            wakes = sink.wakes
+            after = driver.maintain()
+            due = now + (after if after is not None else 3600)
+        sink.wait_for(
+            lambda seen=wakes: condition() or sink.wakes != seen,
+            min(0.2, max(0.0, deadline - time.monotonic())) or 0.01,
+            what,
+            quiet=True,
+        )
+
+
+def call_sim_method(endpoint: str, method: str, name: str) -> None:
+    """Calls RemoveNode or RestoreNode on the sim's Line1 folder (a separate client)."""
+    from asyncua import Client
+
+    async def call() -> None:
+        client = Client(endpoint)
+        client.session_timeout = 600_000  # what the sim grants: no warning
+        async with client:
+            idx = await client.get_namespace_index(SIM)
+            line1 = client.get_node(f"ns={idx};s=Line1")
+            await line1.call_method(f"{idx}:{method}", name)
+
+    asyncio.run(call())
