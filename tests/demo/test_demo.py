@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.mosquitto import Mosquitto
-from unskit.demo.plan import CAMERAS, PLC
+from unskit.demo.plan import CAMERAS, OPCUA_INSTANCE, PLC
 
-COMPONENTS = ("ethernet-ip-adapter", "camera-adapter", "file-egress")
+COMPONENTS = ("ethernet-ip-adapter", "opcua-adapter", "camera-adapter", "file-egress")
+#: What the demo runs beside them: the OPC UA server the adapter subscribes to.
+DEVICES = ("opcua-sim",)
 CAPTURE = re.compile(
     r"^\S+\s+capture\s+(?P<camera>\S+)\s+(?P<id>cap_\w+)\s+(?P<bytes>\d+) bytes\s+"
     r"sha256 (?P<sha>[0-9a-f]+)$",
@@ -45,6 +47,10 @@ def test_the_demo_runs_the_stack_and_delivers_every_capture(tmp_path: Path) -> N
     # Signal updates from the sim PLC.
     assert re.search(rf"^\S+\s+signal\s+{PLC}\s+spindle-speed = ", text, re.MULTILINE), text
     assert re.search(r"^  signals\s+[1-9]\d* updates", text, re.MULTILINE), text
+    # And from the OPC UA server the demo runs beside them.
+    assert re.search(rf"^\S+\s+signal\s+{OPCUA_INSTANCE}\s+Temperature = ", text, re.MULTILINE), (
+        text
+    )
 
     # At least one capture per camera, each delivered with the announced SHA-256.
     captures = [m.groupdict() for m in CAPTURE.finditer(text)]
@@ -71,6 +77,9 @@ def test_the_demo_runs_the_stack_and_delivers_every_capture(tmp_path: Path) -> N
         assert re.search(rf"^  exit\s+{name}: 0$", text, re.MULTILINE), text
         log = (output / "logs" / f"{name}.log").read_text()
         assert log.index("shutdown: readiness off") < log.index("shutdown: complete")
+    # And the device, stopped after them.
+    for name in DEVICES:
+        assert re.search(rf"^  exit\s+{name}: 0$", text, re.MULTILINE), text
 
     # The generated configurations are kept, for running a component by hand.
     assert {p.stem for p in (output / "config").glob("*.json")} == set(COMPONENTS)

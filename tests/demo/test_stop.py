@@ -21,7 +21,8 @@ import pytest
 # Every test here runs real processes.
 pytestmark = pytest.mark.integration
 
-COMPONENTS = ("ethernet-ip-adapter", "camera-adapter", "file-egress")
+#: The component processes and the device (the OPC UA server) the demo runs beside them.
+COMPONENTS = ("ethernet-ip-adapter", "opcua-adapter", "camera-adapter", "file-egress", "opcua-sim")
 #: Long enough that the demo never stops for its duration during a test.
 DURATION = "120"
 #: A component stopping with nobody to talk to still has a bounded drain.

@@ -1,4 +1,7 @@
-"""A demo component process: `python -m unskit.demo.child SUPERVISOR_PID run NAME ...`.
+"""A demo process: `python -m unskit.demo.child SUPERVISOR_PID [--demo DIR] run NAME ...`.
+
+`--demo DIR` only names the demo's output folder on the command line, so `ps` (and the
+demo's own tests) can tell which demo a process belongs to, a device like `opcua-sim` too.
 
 It asks the kernel for SIGTERM when its supervisor dies (Linux PR_SET_PDEATHSIG), then runs
 the `unskit` command line with the remaining arguments. Doing this in the child, before the
@@ -40,9 +43,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Arms the parent-death signal, then runs `unskit` with the rest of the arguments."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or not args[0].isdigit():
-        print("usage: python -m unskit.demo.child SUPERVISOR_PID COMMAND ...", file=sys.stderr)
+        usage = "usage: python -m unskit.demo.child SUPERVISOR_PID [--demo DIR] COMMAND ..."
+        print(usage, file=sys.stderr)
         return 2
     die_with_parent(int(args[0]))
+    if args[1:2] == ["--demo"]:
+        args = [args[0], *args[3:]]
     from unskit.cli import main as unskit_main  # after the prctl: the import takes a while
 
     return unskit_main(args[1:])

@@ -13,10 +13,21 @@ Layout of the output folder::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CAMERAS", "EGRESS_INSTANCE", "PLC", "ROOT", "THING", "demo_documents"]
+__all__ = [
+    "CAMERAS",
+    "EGRESS_INSTANCE",
+    "OPCUA_INSTANCE",
+    "PLC",
+    "ROOT",
+    "THING",
+    "Peer",
+    "demo_documents",
+    "demo_peers",
+]
 
 #: The thing name (device level) every demo component runs as, and the UNS root.
 THING = "gw-01"
@@ -26,6 +37,22 @@ PLC = "press-1"
 CAMERAS = ("cam-top", "cam-side")
 #: The egress instance that ships the camera's images.
 EGRESS_INSTANCE = "camera-images"
+#: The OPC UA adapter's instance on the demo's OPC UA server (`unskit opcua-sim`).
+OPCUA_INSTANCE = "line-1"
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A device the demo runs beside the components: an `unskit` command serving on a port."""
+
+    name: str
+    argv: tuple[str, ...]
+    port: int
+
+
+def demo_peers(opcua_port: int) -> list[Peer]:
+    """The devices, started before the components and stopped after them."""
+    return [Peer("opcua-sim", ("opcua-sim", "--port", str(opcua_port)), opcua_port)]
 
 
 def _common(output: Path, area: str) -> dict[str, Any]:
@@ -74,6 +101,36 @@ def _plc(output: Path) -> dict[str, Any]:
                             "signals": [signal("part-count", "PartCount", "UDINT")],
                         },
                     ],
+                }
+            ],
+        },
+    }
+
+
+def _opcua(output: Path, opcua_port: int) -> dict[str, Any]:
+    return {
+        **_common(output, "assembly"),
+        "component": {
+            "global": {"defaults": {"publishIntervalMs": 1000}},
+            "instances": [
+                {
+                    "id": OPCUA_INSTANCE,
+                    "connection": {"endpoint": f"opc.tcp://127.0.0.1:{opcua_port}/unskit/"},
+                    "subscriptions": [
+                        {
+                            "id": "line",
+                            "include": [
+                                {
+                                    "namespaceUri": "urn:unskit:sim",
+                                    "match": "Temperature|Counter",
+                                    # Temperature moves every 100 ms: 0.1 degrees is a change.
+                                    "deadband": {"type": "Absolute", "value": 0.1},
+                                }
+                            ],
+                        }
+                    ],
+                    # One update per node every 2 s, each carrying the samples of the window.
+                    "publish": {"batchMs": 2000},
                 }
             ],
         },
@@ -137,11 +194,12 @@ def _egress(output: Path) -> dict[str, Any]:
     }
 
 
-def demo_documents(output: Path) -> list[tuple[str, dict[str, Any]]]:
+def demo_documents(output: Path, opcua_port: int) -> list[tuple[str, dict[str, Any]]]:
     """(component name, configuration) of each demo process, in start order, under `output`."""
     # The egress first, so it watches the image folder before the first capture lands.
     return [
         ("file-egress", _egress(output)),
         ("ethernet-ip-adapter", _plc(output)),
+        ("opcua-adapter", _opcua(output, opcua_port)),
         ("camera-adapter", _cameras(output)),
     ]

@@ -24,7 +24,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from unskit.config.model import BrokerConfig, MessagingConfig
-from unskit.demo.plan import ROOT, THING, demo_documents
+from unskit.demo.plan import ROOT, THING, Peer, demo_documents, demo_peers
 from unskit.envelope import Message
 from unskit.errors import UnskitError
 from unskit.messaging import MessagingClient
@@ -40,7 +40,7 @@ DELIVERY_TIMEOUT_S = 30.0
 #: Written into the output folder so a later run knows it may empty it.
 MARKER = ".unskit-demo"
 #: The producers stop first; the egress last, once it has shipped what they made.
-PRODUCERS = ("camera-adapter", "ethernet-ip-adapter")
+PRODUCERS = ("camera-adapter", "ethernet-ip-adapter", "opcua-adapter")
 EXIT_MISMATCH = 1
 #: How often the supervisor checks that every component is still running.
 MONITOR_INTERVAL_S = 0.5
@@ -83,6 +83,13 @@ def _ready(port: int) -> bool:
         connection.close()
 
 
+def _listening(port: int) -> bool:
+    # A connect that sends nothing: a binary protocol server would log a stray byte.
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
 @dataclass
 class Capture:
     """One successful capture as announced by the camera adapter."""
@@ -122,8 +129,12 @@ class Supervisor:
         broker: str | None = None,
         port: int = 0,
         out: TextIO = sys.stdout,
+        peers: Sequence[Peer] = (),
     ) -> None:
         self.components = [Component(name, document) for name, document in documents]
+        self.peers = list(peers)
+        self._peer_processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._peer_exits: dict[str, int] = {}
         self.output = output
         self.out = out
         self.tally = Tally()
@@ -156,8 +167,11 @@ class Supervisor:
             host, port = self._start_broker()
             watcher = self._watch(host, port)
             stack.callback(watcher.close, 2)
-            # Registered last, so it runs first: the components stop while the broker and the
-            # live view still run, and the callbacks above run even if this one raises.
+            stack.callback(self._stop_peers)
+            self._start_peers()
+            # Registered last, so it runs first: the components stop while the broker, the
+            # devices and the live view still run, and the callbacks above run even if this
+            # one raises.
             stack.callback(self._stop_components)
             self._start_components(host, port)
             self._where(host, port)
@@ -175,12 +189,13 @@ class Supervisor:
                 return
             if deadline is not None and time.monotonic() >= deadline:
                 return
-            for component in self.components:
-                assert component.process is not None
-                code = component.process.poll()
+            processes = [(c.name, c.process) for c in self.components]
+            for name, process in [*processes, *self._peer_processes.items()]:
+                assert process is not None
+                code = process.poll()
                 if code is not None:
-                    log = self.output / "logs" / f"{component.name}.log"
-                    self._print(f"\n{component.name} exited on its own ({code}); see {log}")
+                    log = self.output / "logs" / f"{name}.log"
+                    self._print(f"\n{name} exited on its own ({code}); see {log}")
                     return
 
     def _on_signal(self, _signum: int, _frame: FrameType | None) -> None:
@@ -200,9 +215,46 @@ class Supervisor:
             raise RuntimeError(str(error)) from error
         return self._embedded.host, self._embedded.port
 
+    def _child(self, argv: Sequence[str], log_name: str) -> subprocess.Popen[bytes]:
+        """`unskit ARGV` behind unskit.demo.child, which makes it die with this process
+        (SIGTERM) should this one be killed before it can stop it."""
+        (self.output / "logs").mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "unskit.demo.child", str(os.getpid())]
+        command += ["--demo", str(self.output), *argv]
+        with (self.output / "logs" / f"{log_name}.log").open("wb") as log:
+            # A session of its own: Ctrl-C reaches the supervisor only, which then stops
+            # each child in order with SIGTERM.
+            return subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def _start_peers(self) -> None:
+        for peer in self.peers:
+            self._peer_processes[peer.name] = self._child(peer.argv, peer.name)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        for peer in self.peers:
+            process = self._peer_processes[peer.name]
+            while not _listening(peer.port):
+                if self._stop.is_set():
+                    raise RuntimeError("interrupted while the devices were starting")
+                if process.poll() is not None or time.monotonic() > deadline:
+                    log = self.output / "logs" / f"{peer.name}.log"
+                    raise RuntimeError(f"{peer.name} did not start serving; see {log}")
+                self._stop.wait(0.1)
+
+    def _stop_peers(self) -> None:
+        for process in self._peer_processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for name, process in self._peer_processes.items():
+            try:
+                self._peer_exits[name] = process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                self._peer_exits[name] = process.wait()
+
     def _start_components(self, host: str, port: int) -> None:
-        for folder in ("config", "logs"):
-            (self.output / folder).mkdir(parents=True, exist_ok=True)
+        (self.output / "config").mkdir(parents=True, exist_ok=True)
         for component in self.components:
             component.health_port = free_port()
             component.document["health"] = {"enabled": True, "port": component.health_port}
@@ -210,17 +262,19 @@ class Supervisor:
             component.document["messaging"] = {"local": {"host": host, "port": port}}
             config = self.output / "config" / f"{component.name}.json"
             config.write_text(json.dumps(component.document, indent=2) + "\n")
-            # `unskit run NAME ...` behind unskit.demo.child, which makes the component die
-            # with this process (SIGTERM) should it be killed before it can stop them.
-            command = [sys.executable, "-m", "unskit.demo.child", str(os.getpid())]
-            command += ["run", component.name, "-c", str(config), "-t", THING]
-            command += ["--broker", f"{host}:{port}"]
-            with (self.output / "logs" / f"{component.name}.log").open("wb") as log:
-                # A session of its own: Ctrl-C reaches the supervisor only, which then
-                # stops each component in order with SIGTERM.
-                component.process = subprocess.Popen(
-                    command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                )
+            component.process = self._child(
+                [
+                    "run",
+                    component.name,
+                    "-c",
+                    str(config),
+                    "-t",
+                    THING,
+                    "--broker",
+                    f"{host}:{port}",
+                ],
+                component.name,
+            )
         deadline = time.monotonic() + READY_TIMEOUT_S
         for component in self.components:
             assert component.process is not None
@@ -355,6 +409,9 @@ class Supervisor:
                 f"  {component.name:<20} pid {component.process.pid:<8} "
                 f"ready: http://127.0.0.1:{component.health_port}/readyz"
             )
+        for peer in self.peers:
+            process = self._peer_processes[peer.name]
+            self._print(f"  {peer.name:<20} pid {process.pid:<8} serving on 127.0.0.1:{peer.port}")
         for folder, what in (
             ("config", "generated configurations"),
             ("logs", "component logs"),
@@ -398,9 +455,10 @@ class Supervisor:
             f"  delivered   {verified} of {announced} images verified by SHA-256, "
             f"{sidecars} sidecars"
         )
-        for component in self.components:
-            self._print(f"  exit        {component.name}: {component.exit_code}")
-        clean = all(c.exit_code == 0 for c in self.components) and verified == announced
+        exits = {c.name: c.exit_code for c in self.components} | dict(self._peer_exits)
+        for name, code in exits.items():
+            self._print(f"  exit        {name}: {code}")
+        clean = all(code == 0 for code in exits.values()) and verified == announced
         return 0 if clean else EXIT_MISMATCH
 
 
@@ -527,7 +585,14 @@ def demo_main(args: argparse.Namespace) -> int:
     output = Path(args.output).resolve()
     try:
         _prepare(output)
-        supervisor = Supervisor(demo_documents(output), output, broker=args.broker, port=args.port)
+        opcua_port = free_port()
+        supervisor = Supervisor(
+            demo_documents(output, opcua_port),
+            output,
+            broker=args.broker,
+            port=args.port,
+            peers=demo_peers(opcua_port),
+        )
         return supervisor.run(args.duration)
     except RuntimeError as error:
         with contextlib.suppress(OSError, ValueError):  # stderr may be the closed pipe too
@@ -541,7 +606,8 @@ def add_demo_parser(commands: Any) -> None:
         "demo",
         help="run the whole edge stack on an embedded broker and show its traffic",
         description="Starts an embedded MQTT broker and, as separate processes, the CIP adapter "
-        "with a sim PLC, the camera adapter with two sim cameras on a schedule, and the file "
+        "with a sim PLC, an OPC UA server (`unskit opcua-sim`) and the OPC UA adapter "
+        "subscribed to it, the camera adapter with two sim cameras on a schedule, and the file "
         "egress delivering the captured images to a local folder; shows the UNS traffic, then "
         "stops everything cleanly and prints a summary. Exit 0 when every component exited 0 "
         "and every captured image was delivered with its SHA-256; 1 otherwise.",
