@@ -1,5 +1,6 @@
-"""The OPC UA simulator as a real server, application certificates for its secure endpoints,
-and the driver with a sink that collects what it delivers."""
+"""The OPC UA servers (the asyncua sim and node-opcua), application certificates for their
+secure endpoints, the driver with a sink that collects what it delivers, and the component
+in-process on a real Mosquitto."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ from typing import Any
 
 import pytest
 
+from tests.support.adapter import Adapter, AdapterHarness
+from tests.support.mosquitto import Mosquitto
+from tests.support.node_opcua import NodeOpcuaServer
 from tests.support.opcua import AppCertificate, OpcUaSim, make_app_certificate
 from unskit.opcua.adapter import OpcUaDriver
+from unskit.opcua.component import OpcUaAdapter
 from unskit.southbound.driver import InstanceSpec
 
 
@@ -51,3 +56,34 @@ def make_driver() -> Iterator[Callable[..., OpcUaDriver]]:
     yield make
     for driver in drivers:
         driver.close()
+
+
+@pytest.fixture(scope="module")
+def node_opcua_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeOpcuaServer]:
+    """node-opcua's server on a free loopback port, shared by a module's tests."""
+    server = NodeOpcuaServer(tmp_path_factory.mktemp("node-opcua")).start()
+    yield server
+    server.stop()
+
+
+FAST_TIMING = {
+    "connectMs": 5000,
+    "requestTimeoutMs": 3000,
+    "reconnectBackoffMinMs": 100,
+    "reconnectBackoffMaxMs": 400,
+    "keepaliveProbeIntervalMs": 200,
+}
+
+
+@pytest.fixture
+def start_opcua(
+    broker: Mosquitto, tmp_path: Path, restore_root_logging: None
+) -> Iterator[Callable[..., Adapter]]:
+    harness = AdapterHarness(broker, tmp_path)
+
+    def start(instances: list[dict[str, Any]], **global_: Any) -> Adapter:
+        component = {"global": {"timing": FAST_TIMING, **global_}, "instances": instances}
+        return harness.start(OpcUaAdapter, harness.document(component))
+
+    yield start
+    harness.close()

@@ -8,57 +8,17 @@ import copy
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.support.adapter import Adapter, AdapterHarness
+from tests.support.adapter import Adapter
 from tests.support.mosquitto import Mosquitto
+from tests.support.opcua import opcua_instance
 from tests.support.servers import free_port, wait_until
 from unskit.errors import CommandError
-from unskit.opcua.component import OpcUaAdapter
 
 pytestmark = pytest.mark.integration
-
-FAST_TIMING = {
-    "connectMs": 5000,
-    "requestTimeoutMs": 3000,
-    "reconnectBackoffMinMs": 100,
-    "reconnectBackoffMaxMs": 400,
-    "keepaliveProbeIntervalMs": 200,
-}
-
-
-def opcua_instance(endpoint: str, match: str = "Counter|Temperature|Setpoint", **extra: Any):
-    return {
-        "id": extra.pop("id", "line-1"),
-        "connection": {"endpoint": endpoint},
-        "subscriptions": [
-            {
-                "id": "fast",
-                "publishIntervalMs": 100,
-                "include": [{"namespaceUri": "urn:unskit:sim", "match": match}],
-            }
-        ],
-        "publish": {"batchMs": 0},
-        **extra,
-    }
-
-
-@pytest.fixture
-def start_opcua(
-    broker: Mosquitto, tmp_path: Path, restore_root_logging: None
-) -> Iterator[Callable[..., Adapter]]:
-    harness = AdapterHarness(broker, tmp_path)
-
-    def start(instances: list[dict[str, Any]], **global_: Any) -> Adapter:
-        component = {"global": {"timing": FAST_TIMING, **global_}, "instances": instances}
-        return harness.start(OpcUaAdapter, harness.document(component))
-
-    yield start
-    harness.close()
 
 
 def updates(adapter: Adapter, channel: str, instance: str = "line-1") -> list:

@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,14 +46,6 @@ VARIABLES = [
     ("Values", ua.VariantType.Int32, 1),
 ]
 CLIENT_URI = "urn:unskit:test:node-peer-client"
-
-
-@pytest.fixture(scope="module")
-def node_opcua_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeOpcuaServer]:
-    """node-opcua's server on a free loopback port, for the module's tests."""
-    server = NodeOpcuaServer(tmp_path_factory.mktemp("node-opcua")).start()
-    yield server
-    server.stop()
 
 
 def run(body: Callable[[], Awaitable[T]], timeout: float = 30) -> T:

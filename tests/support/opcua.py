@@ -296,3 +296,26 @@ def call_sim_method(endpoint: str, method: str, name: str) -> None:
             await line1.call_method(f"{idx}:{method}", name)
 
     asyncio.run(call())
+
+
+def opcua_instance(
+    endpoint: str, match: str = "Counter|Temperature|Setpoint", **extra: Any
+) -> dict[str, Any]:
+    """An opcua-adapter instance entry on `endpoint` subscribed to the sim nodes `match`
+    (`connection_user` sets connection.user)."""
+    connection: dict[str, Any] = {"endpoint": endpoint}
+    if "connection_user" in extra:
+        connection["user"] = extra.pop("connection_user")
+    return {
+        "id": extra.pop("id", "line-1"),
+        "connection": connection,
+        "subscriptions": [
+            {
+                "id": "fast",
+                "publishIntervalMs": 100,
+                "include": [{"namespaceUri": "urn:unskit:sim", "match": match}],
+            }
+        ],
+        "publish": {"batchMs": 0},
+        **extra,
+    }

@@ -121,6 +121,16 @@ def _ms(moment: Any) -> int:
     return int(moment.timestamp() * 1000) if moment is not None else 0
 
 
+def _server_ms(value: ua.DataValue) -> int:
+    """The ServerTimestamp, unless asyncua 2.1.0 garbled it: it decodes ServerTimestamp
+    before SourcePicoseconds, while the wire has SourceTimestamp, SourcePicoseconds,
+    ServerTimestamp (Part 6, 5.2.2.17), so with both present (node-opcua sends picoseconds)
+    the server timestamp is read from the wrong bytes. Then 0: the adapter stamps it."""
+    if value.SourcePicoseconds is not None and value.ServerTimestamp is not None:
+        return 0
+    return _ms(value.ServerTimestamp)
+
+
 def _quality(code: ua.StatusCode | None) -> Quality:
     severity = (code.value if code is not None else 0) >> 30
     return Quality.GOOD if severity == 0 else Quality.UNCERTAIN if severity == 1 else Quality.BAD
@@ -788,7 +798,7 @@ class OpcUaDriver:
             quality,
             source_timestamp_ms=_ms(value.SourceTimestamp),
             detail="" if quality is Quality.GOOD else status_name(status),
-            server_timestamp_ms=_ms(value.ServerTimestamp),
+            server_timestamp_ms=_server_ms(value),
         )
 
     def maintain(self) -> float | None:
