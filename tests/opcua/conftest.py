@@ -13,7 +13,7 @@ import pytest
 from tests.support.adapter import Adapter, AdapterHarness
 from tests.support.mosquitto import Mosquitto
 from tests.support.node_opcua import NodeOpcuaServer
-from tests.support.opcua import AppCertificate, OpcUaSim, make_app_certificate
+from tests.support.opcua import FAST_TIMING, AppCertificate, OpcUaSim, make_app_certificate
 from unskit.opcua.adapter import OpcUaDriver
 from unskit.opcua.component import OpcUaAdapter
 from unskit.southbound.driver import InstanceSpec
@@ -64,15 +64,6 @@ def node_opcua_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node
     server = NodeOpcuaServer(tmp_path_factory.mktemp("node-opcua")).start()
     yield server
     server.stop()
-
-
-FAST_TIMING = {
-    "connectMs": 5000,
-    "requestTimeoutMs": 3000,
-    "reconnectBackoffMinMs": 100,
-    "reconnectBackoffMaxMs": 400,
-    "keepaliveProbeIntervalMs": 200,
-}
 
 
 @pytest.fixture

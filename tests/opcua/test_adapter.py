@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import copy
 import json
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from tests.support.adapter import Adapter
 from tests.support.mosquitto import Mosquitto
-from tests.support.opcua import opcua_instance
+from tests.support.opcua import FAST_TIMING, opcua_instance
 from tests.support.servers import free_port, wait_until
 from unskit.errors import CommandError
 
@@ -184,3 +186,74 @@ def test_the_example_runs_as_shipped(broker: Mosquitto, opcua_server, tmp_path: 
             child.wait()
         if watcher.stdout is not None:
             watcher.stdout.close()
+
+
+class _HostileServer:
+    """A TCP listener on loopback that accepts and then either closes the connection at once
+    or says nothing at all: an OPC UA server that drops the channel, or one that hangs."""
+
+    def __init__(self, *, silent: bool) -> None:
+        self.silent = silent
+        self.accepted = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._held: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"opc.tcp://127.0.0.1:{self._listener.getsockname()[1]}/unskit/"
+
+    def _serve(self) -> None:
+        self._listener.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.accepted += 1
+            if self.silent:
+                self._held.append(connection)
+            else:
+                connection.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._listener.close()
+        for connection in self._held:
+            connection.close()
+
+
+@pytest.mark.parametrize("silent", [False, True], ids=["closes-the-channel", "never-answers"])
+def test_a_broken_server_never_stops_the_other_instance(
+    start_opcua, opcua_server, silent: bool
+) -> None:
+    sim = opcua_server()
+    hostile = _HostileServer(silent=silent)
+    try:
+        adapter = start_opcua(
+            [opcua_instance(hostile.endpoint, id="line-2"), opcua_instance(sim.endpoint)],
+            timing={**FAST_TIMING, "connectMs": 1000},
+        )
+        wait_until(lambda: hostile.accepted >= 2, 30, "the instance retrying")
+        wait_until(lambda: len(values(adapter, "Counter")) >= 5, 20, "the other instance")
+        status = adapter.client.call("status", instance="line-2")
+        assert status["connected"] is False
+        assert status["lastError"]
+        assert status["state"] in ("backoff", "connecting")
+        failures = [
+            sample
+            for sample in adapter.runtime.metrics.collect(reset_interval=False)
+            if sample.family == "OpcUaConnection"
+            and sample.name == "connectFailures"
+            and sample.dimensions == {"instance": "line-2"}
+        ]
+        assert failures
+        assert failures[0].total is not None
+        assert failures[0].total >= 1
+    finally:
+        hostile.close()

@@ -298,6 +298,16 @@ def call_sim_method(endpoint: str, method: str, name: str) -> None:
     asyncio.run(call())
 
 
+#: The opcua-adapter timing of the component tests: quick reconnects and probes.
+FAST_TIMING = {
+    "connectMs": 5000,
+    "requestTimeoutMs": 3000,
+    "reconnectBackoffMinMs": 100,
+    "reconnectBackoffMaxMs": 400,
+    "keepaliveProbeIntervalMs": 200,
+}
+
+
 def opcua_instance(
     endpoint: str, match: str = "Counter|Temperature|Setpoint", **extra: Any
 ) -> dict[str, Any]:
