@@ -309,7 +309,9 @@ class OpcUaDriver:
     def _device_error(self, error: BaseException, doing: str) -> DeviceError:
         endpoint = self.settings.connection.endpoint
         if isinstance(error, DeviceError):
-            return DeviceError(f"{endpoint}: {error}", code=error.code)
+            # The status name in the text too: sb/status shows lastError as text only.
+            tail = f" [{error.code}]" if error.code and error.code not in str(error) else ""
+            return DeviceError(f"{endpoint}: {error}{tail}", code=error.code)
         if isinstance(error, ua.UaStatusCodeError):
             name = status_name(error.code)
             return DeviceError(
