@@ -4,7 +4,6 @@ writes, security and browsing."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from collections.abc import Callable, Iterator
@@ -15,7 +14,6 @@ import pytest
 
 from tests.support.opcua import (
     SIM,
-    AppCertificate,
     CollectingSink,
     OpcUaSim,
     call_sim_method,
@@ -28,7 +26,6 @@ from tests.support.opcua import (
 from unskit.errors import DeviceError
 from unskit.opcua.adapter import OpcUaDriver
 from unskit.opcua.config import (
-    ClientCertificate,
     DataChangeDeadband,
     OpcUaConnection,
     UserToken,
@@ -428,61 +425,6 @@ def test_a_wrong_password_is_a_clear_connect_error(
     driver.subscribe(sink)
     sink.wait_for(lambda: good(sink, "ns=2;s=Counter"), 10, "a counter value")
     assert driver.describe()["security"]["user"] == "alice"
-
-
-def secure(
-    sim: OpcUaSim, client: AppCertificate, policy: str = "Basic256Sha256", **kw: Any
-) -> OpcUaConnection:
-    return OpcUaConnection(
-        endpoint=sim.endpoint,
-        security_policy=policy,
-        message_mode="SignAndEncrypt",
-        client_certificate=ClientCertificate(
-            "file", cert_path=str(client.der), key_path=str(client.key)
-        ),
-        **kw,
-    )
-
-
-@pytest.mark.parametrize(
-    "policy", ["Basic256Sha256", "Aes128_Sha256_RsaOaep", "Aes256_Sha256_RsaPss"]
-)
-def test_a_sign_and_encrypt_session_with_file_certificates(
-    opcua_server: Callable[..., OpcUaSim],
-    make_driver: Any,
-    opcua_certs: dict[str, AppCertificate],
-    policy: str,
-) -> None:
-    server = opcua_certs["server"]
-    sim = opcua_server(
-        "--certificate", str(server.der), "--private-key", str(server.key), "--users", "bob:pw"
-    )
-    connection = secure(sim, opcua_certs["client"], policy, user=UserToken("bob", "pw"))
-    driver = make_driver(
-        instance(sim.endpoint, [subscription(matcher("Counter"))], connection=connection)
-    )
-    driver.connect(10)
-    sink = CollectingSink()
-    driver.subscribe(sink)
-    sink.wait_for(lambda: good(sink, "ns=2;s=Counter"), 10, "a counter value")
-    described = driver.describe()
-    assert (described["securityPolicy"], described["messageMode"]) == (policy, "SignAndEncrypt")
-    assert (
-        described["serverCertificate"]["sha256"]
-        == hashlib.sha256(server.der.read_bytes()).hexdigest()
-    )
-    assert described["security"]["applicationUri"] == "urn:unskit:test:client"
-
-
-def test_an_application_uri_unlike_the_certificate_san_is_refused(
-    opcua_server: Callable[..., OpcUaSim], make_driver: Any, opcua_certs: dict[str, AppCertificate]
-) -> None:
-    server = opcua_certs["server"]
-    sim = opcua_server("--certificate", str(server.der), "--private-key", str(server.key))
-    connection = secure(sim, opcua_certs["client"], application_uri="urn:someone:else")
-    driver = make_driver(instance(sim.endpoint, connection=connection))
-    with pytest.raises(DeviceError, match="does not equal the client certificate's SAN URI"):
-        driver.connect(10)
 
 
 def test_browse_pages_a_nodes_children(

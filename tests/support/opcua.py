@@ -24,11 +24,15 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from tests.support.servers import free_port, wait_until
 from unskit.errors import DeviceError
 from unskit.opcua.config import (
+    ClientCertificate,
     DataChangeDeadband,
     OpcUaConnection,
     OpcUaSettings,
+    ServerCertificatePin,
     SignalMatcher,
     SubscriptionSpec,
+    TrustSettings,
+    UserToken,
 )
 from unskit.southbound.driver import InstanceSpec, Quality, Reading, Timing
 
@@ -106,6 +110,47 @@ def make_app_certificate(folder: Path, name: str, uri: str) -> AppCertificate:
     )
     paths.key.chmod(0o600)
     return paths
+
+
+def file_identity(cert: AppCertificate) -> ClientCertificate:
+    """A `clientCertificate` of source file for `cert`."""
+    return ClientCertificate("file", cert_path=str(cert.der), key_path=str(cert.key))
+
+
+def secure_connection(
+    endpoint: str,
+    pki: Path,
+    identity: ClientCertificate,
+    *,
+    policy: str = "Basic256Sha256",
+    mode: str = "SignAndEncrypt",
+    user: UserToken | None = None,
+    pin: ServerCertificatePin | None = None,
+    application_uri: str | None = None,
+) -> OpcUaConnection:
+    """A secure connection with its trust list at `pki` (and an optional pin)."""
+    return OpcUaConnection(
+        endpoint=endpoint,
+        security_policy=policy,
+        message_mode=mode,
+        application_uri=application_uri,
+        user=user,
+        client_certificate=identity,
+        trust=TrustSettings(str(pki), pin),
+    )
+
+
+def trust(pki: Path, cert: AppCertificate) -> Path:
+    """Puts `cert` into pki/trusted/ as an operator would; returns the file."""
+    (pki / "trusted").mkdir(parents=True, exist_ok=True)
+    target = pki / "trusted" / cert.der.name
+    target.write_bytes(cert.der.read_bytes())
+    return target
+
+
+def sim_options(server: AppCertificate, *extra: str) -> tuple[str, ...]:
+    """The sim's options for secure endpoints with `server`'s certificate."""
+    return ("--certificate", str(server.der), "--private-key", str(server.key), *extra)
 
 
 @dataclass

@@ -16,22 +16,19 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import hashlib
 import logging
 import threading
 import time
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 from asyncua import Client, ua
 from asyncua.client.ua_client import UaClientState
-from asyncua.crypto import security_policies, uacrypto
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
+from asyncua.crypto import security_policies
 
-from unskit.opcua.config import OpcUaConnection, OpcUaSettings, SubscriptionSpec
+from unskit.config.secrets import SecretResolver
+from unskit.opcua.config import OpcUaSettings, SubscriptionSpec
 from unskit.opcua.matchers import (
     BrowsedNode,
     Child,
@@ -40,6 +37,12 @@ from unskit.opcua.matchers import (
     resolve_namespaces,
     select,
     walk,
+)
+from unskit.opcua.security import (
+    ClientIdentity,
+    SessionSecurity,
+    UserCredentials,
+    certificate_summary,
 )
 from unskit.opcua.variants import (
     from_json,
@@ -136,100 +139,65 @@ def _quality(code: ua.StatusCode | None) -> Quality:
     return Quality.GOOD if severity == 0 else Quality.UNCERTAIN if severity == 1 else Quality.BAD
 
 
-def _certificate_summary(der: bytes | None) -> dict[str, Any] | None:
-    if not der:
-        return None
-    cert = uacrypto.x509_from_der(der)
-    return {
-        "subject": cert.subject.rfc4514_string(),
-        "notAfter": cert.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "sha256": hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest(),
-    }
-
-
-def _load_certificate(path: str) -> x509.Certificate:
-    data = Path(path).read_bytes()
-    if b"-----BEGIN" in data:
-        return x509.load_pem_x509_certificate(data)
-    return x509.load_der_x509_certificate(data)
-
-
-def _san_uri(cert: x509.Certificate) -> str | None:
-    try:
-        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        return None
-    uris = san.get_values_for_type(x509.UniformResourceIdentifier)
-    return uris[0] if uris else None
-
-
-async def _apply_security(client: Client, connection: OpcUaConnection) -> dict[str, Any]:
-    """Applies the user token and the channel security to a client before it connects;
-    returns the facts sb/status shows. Raises DeviceError for what this build cannot do."""
-    facts: dict[str, Any] = {
-        "securityPolicy": connection.security_policy,
-        "messageMode": connection.message_mode if connection.secure else "None",
-        "user": None,
-        "clientCertificate": None,
-    }
-    if connection.user is not None:
-        username, password = connection.user.username, connection.user.password
-        if not isinstance(username, str) or not isinstance(password, str):
-            raise DeviceError("a vault user token is not supported by this driver yet")
-        client.set_user(username)
-        client.set_password(password)
-        facts["user"] = username
-    if not connection.secure:
-        return facts
-    source = connection.client_certificate
-    if source is None or source.source != "file" or not source.cert_path or not source.key_path:
-        kind = source.source if source is not None else "none"
-        raise DeviceError(
-            f"securityPolicy {connection.security_policy} needs a client certificate; "
-            f"source {kind!r} is not supported by this driver yet (file is)"
-        )
-    try:
-        cert = _load_certificate(source.cert_path)
-        key = serialization.load_pem_private_key(
-            Path(source.key_path).read_bytes(),
-            password=None,
-        )
-    except (OSError, ValueError) as error:
-        raise DeviceError(f"cannot load the client certificate or key: {error}") from error
-    san = _san_uri(cert)
-    uri = connection.application_uri or san
-    if uri is None or uri != san:
-        raise DeviceError(
-            f"applicationUri {uri!r} does not equal the client certificate's SAN URI {san!r}"
-        )
-    client.application_uri = uri
+async def _apply_security(
+    client: Client,
+    security: SessionSecurity,
+    identity: ClientIdentity | None,
+    user: UserCredentials | None,
+) -> None:
+    """Applies the user token and, under a secure policy, the channel security to a client
+    before it connects: the endpoint's server certificate must pass the trust list (or the
+    pin) first, and the identity's certificate and key objects go to asyncua as they are
+    (its `set_security` loads keys from files only, and a token's key has none)."""
+    if user is not None:
+        client.set_user(user.username)
+        client.set_password(user.password)
+    if identity is None:
+        return
+    connection = security.connection
+    policy_type = _POLICIES[connection.security_policy]
     mode = getattr(ua.MessageSecurityMode, connection.message_mode)
-    key_der = key.private_bytes(
-        serialization.Encoding.DER,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
+    endpoints = await client.connect_and_get_server_endpoints()
+    try:
+        endpoint = Client.find_endpoint(endpoints, mode, policy_type.URI)
+    except ua.UaError:
+        raise DeviceError(
+            f"the server offers no {connection.security_policy} {connection.message_mode} endpoint",
+            code="BadSecurityPolicyRejected",
+        ) from None
+    server_certificate = security.check_server(endpoint.ServerCertificate or b"")
+    client.application_uri = identity.application_uri
+    policy = policy_type(
+        server_certificate,
+        identity.certificate,
+        identity.private_key,
+        mode,
+        host_cert_chain=list(identity.chain),
     )
-    # No server_certificate: asyncua takes the one the endpoint presents. Trust-list and
-    # pin checks belong to the security module.
-    await client.set_security(
-        _POLICIES[connection.security_policy],
-        uacrypto.CertProperties(cert.public_bytes(serialization.Encoding.DER), "der"),
-        uacrypto.CertProperties(key_der, "der"),
-        mode=mode,
-    )
-    facts["clientCertificate"] = _certificate_summary(cert.public_bytes(serialization.Encoding.DER))
-    facts["applicationUri"] = uri
-    return facts
+    # What Client.set_security does after loading files (asyncua types the attribute by
+    # its initial SecurityPolicyNone).
+    client.security_policy = policy  # type: ignore[assignment]
+    client.uaclient.set_security(policy)
 
 
 class OpcUaDriver:
     """A `PushDriver` for one OPC UA server."""
 
-    def __init__(self, spec: InstanceSpec, metrics: MetricsRegistry | None = None) -> None:
+    def __init__(
+        self,
+        spec: InstanceSpec,
+        metrics: MetricsRegistry | None = None,
+        secrets: SecretResolver | None = None,
+    ) -> None:
         if not isinstance(spec.settings, OpcUaSettings):
             raise ValueError(f"instance {spec.id!r} has no OPC UA settings")
         self.spec = spec
         self.settings: OpcUaSettings = spec.settings
+        self._security = SessionSecurity(
+            spec.settings.connection,
+            secrets,
+            path=f"$.component.instances[id={spec.id}].connection",
+        )
         self._metrics = metrics
         self._counters: dict[tuple[str, str], Counter] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -237,7 +205,6 @@ class OpcUaDriver:
         self._lock = threading.Lock()
         self._client: Client | None = None
         self._sink: ReadingSink | None = None
-        self._security: dict[str, Any] = {}
         self._namespaces: list[str] = []
         self._resolved: dict[str, int | None] = {}
         self._items: dict[str, MonitoredNode] = {}
@@ -303,9 +270,18 @@ class OpcUaDriver:
     # -- session ----------------------------------------------------------------------------
 
     def connect(self, deadline_s: float) -> None:
-        self._call(self._connect(deadline_s), deadline_s + 5)
+        try:
+            # Here, not on the loop: a token login or a vault read blocks.
+            identity = self._security.identity()
+            user = self._security.user()
+        except DeviceError as error:
+            self._count("OpcUaConnection", "connectFailures")
+            raise self._device_error(error, "loading the security material") from None
+        self._call(self._connect(deadline_s, identity, user), deadline_s + 5)
 
-    async def _connect(self, deadline_s: float) -> None:
+    async def _connect(
+        self, deadline_s: float, identity: ClientIdentity | None, user: UserCredentials | None
+    ) -> None:
         connection = self.settings.connection
         await self._disconnect()
         client = Client(connection.endpoint, timeout=self._request_s)
@@ -315,19 +291,23 @@ class OpcUaDriver:
         client.connection_lost_callback = self._on_connection_lost
         try:
             # One deadline for both: security may fetch the endpoints first.
-            async def session() -> dict[str, Any]:
-                facts = await _apply_security(client, connection)
+            async def session() -> None:
+                await _apply_security(client, self._security, identity, user)
                 await client.connect()
-                return facts
 
-            self._security = await asyncio.wait_for(session(), deadline_s)
+            await asyncio.wait_for(session(), deadline_s)
             namespaces = await client.get_namespace_array()
         except BaseException as error:
             self._count("OpcUaConnection", "connectFailures")
             await self._quietly(client.disconnect())
             if isinstance(error, asyncio.CancelledError):
                 raise
-            raise self._device_error(error, "cannot open a session") from error
+            token = connection.user
+            doing = "cannot open a session"
+            if token is not None:  # a vault username shows as its reference, never its value
+                name = token.username
+                doing += f" as user {name!r}" if isinstance(name, str) else f" as user {name}"
+            raise self._device_error(error, doing) from error
         self._client = client
         # A dropped socket is seen at once (asyncua's watchdog only ticks every second), and
         # in time to stop the publish loop before it logs the failed request as a crash.
@@ -339,7 +319,9 @@ class OpcUaDriver:
     def _device_error(self, error: BaseException, doing: str) -> DeviceError:
         endpoint = self.settings.connection.endpoint
         if isinstance(error, DeviceError):
-            return DeviceError(f"{endpoint}: {error}", code=error.code)
+            # The status name in the text too: sb/status shows lastError as text only.
+            tail = f" [{error.code}]" if error.code and error.code not in str(error) else ""
+            return DeviceError(f"{endpoint}: {error}{tail}", code=error.code)
         if isinstance(error, ua.UaStatusCodeError):
             name = status_name(error.code)
             return DeviceError(
@@ -394,16 +376,17 @@ class OpcUaDriver:
 
     def close(self) -> None:
         loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        try:
-            self._call(self._disconnect(), self._request_s + 2)
-        except Exception as error:
-            _log.debug("close: %r", error)
-        self._sink = None
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        self._loop = self._thread = None
+        if loop is not None and thread is not None:
+            try:
+                self._call(self._disconnect(), self._request_s + 2)
+            except Exception as error:
+                _log.debug("close: %r", error)
+            self._sink = None
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+            self._loop = self._thread = None
+        # After the loop: asyncua signs with the identity's key on the loop thread.
+        self._security.close()
 
     def probe(self) -> None:
         value = self._call(
@@ -443,8 +426,8 @@ class OpcUaDriver:
         return results
 
     def describe(self) -> Mapping[str, Any]:
-        client = self._client
-        peer = client.security_policy.peer_certificate if client is not None else None
+        facts = self._security.facts()
+        server = self._security.server_certificate
         with self._lock:
             subscriptions = [
                 {
@@ -462,12 +445,12 @@ class OpcUaDriver:
         return {
             "adapter": "opcua",
             "endpoint": self.settings.connection.endpoint,
-            "securityPolicy": self.settings.connection.security_policy,
-            "messageMode": self._security.get("messageMode", "None"),
-            "serverCertificate": _certificate_summary(peer),
+            "securityPolicy": facts["securityPolicy"],
+            "messageMode": facts["messageMode"],
+            "serverCertificate": certificate_summary(server) if server is not None else None,
             "subscriptions": subscriptions,
             "namespaces": {str(index): uri for index, uri in enumerate(self._namespaces)},
-            "security": dict(self._security),
+            "security": facts,
         }
 
     # -- subscriptions ----------------------------------------------------------------------

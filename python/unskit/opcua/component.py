@@ -19,6 +19,7 @@ from unskit.commands import (
     Verb,
 )
 from unskit.config.model import ComponentConfig
+from unskit.config.secrets import SecretResolver
 from unskit.errors import CommandError
 from unskit.opcua.config import TOKEN, component_schema, parse_component
 from unskit.southbound.component import Candidate, SouthboundComponent
@@ -41,18 +42,23 @@ class OpcUaAdapter(SouthboundComponent):
 
     token: ClassVar[str] = TOKEN
     schema: ClassVar[Mapping[str, Any] | None] = component_schema()
+    _secrets: SecretResolver | None = None
 
     def drivers(self) -> Mapping[str, DriverFactory]:
         """`opcua`: asyncua, imported on first use."""
         metrics = None if self._runtime is None else self._runtime.metrics
 
         def opcua_driver(spec: InstanceSpec) -> DeviceDriver:
-            return _opcua_driver_class()(spec, metrics=metrics)
+            return _opcua_driver_class()(spec, metrics=metrics, secrets=self._secrets)
 
         return {"opcua": opcua_driver}
 
     def parse(self, config: ComponentConfig) -> Candidate:
         """Valid instances with resolution applied; malformed ones skipped with their path."""
+        # The drivers of this candidate resolve with its vault: parse runs right before the
+        # candidate is applied, at start and at every reload (runtime.config is still the
+        # old one then). The resolver opens nothing until a connect resolves a reference.
+        self._secrets = config.secrets() if config.credentials is not None else None
         return parse_component(config)
 
     def register_verbs(self, inbox: CommandInbox) -> None:
