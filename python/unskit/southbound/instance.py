@@ -456,6 +456,7 @@ class InstanceRunner:
         self._table.accept(readings, int(time.time() * 1000), now)
 
     def _publish(self, now: float, *, flush: bool) -> None:
+        published = 0
         for state in self._table.due(now, flush=flush):
             samples = self._table.take(state)
             message = (
@@ -464,16 +465,21 @@ class InstanceRunner:
                 .signal_update(state.spec.id, samples, name=state.spec.name)
                 .build()
             )
-            topic = self._context.topics.topic("data", state.channel, instance=self.spec.id)
+            if state.topic is None:
+                state.topic = self._context.topics.topic(
+                    "data", state.channel, instance=self.spec.id
+                )
             try:
-                self._context.messaging.publish(topic, message)
+                self._context.messaging.publish(state.topic, message)
             except UnskitError as error:
                 self._context.counter(self.spec.id, "publishErrors", None).inc()
                 _log.debug(
-                    "instance %s: update of %s not published: %s", self.spec.id, topic, error
+                    "instance %s: update of %s not published: %s", self.spec.id, state.topic, error
                 )
                 continue
-            self._context.counter(self.spec.id, "samplesPublished", None).inc(len(samples))
+            published += len(samples)
+        if published:
+            self._context.counter(self.spec.id, "samplesPublished", None).inc(published)
 
     def _run_jobs(self) -> None:
         while True:

@@ -88,6 +88,8 @@ class SignalState:
     #: The signal's slots in the instance's SignalBank (one per element), or None for
     #: signals the numeric gate does not apply to (BOOL, strings).
     slots: range | None = None
+    #: The data topic, built on the first publication (a topic is validated as it is made).
+    topic: str | None = None
 
 
 class SignalTable:
