@@ -5,8 +5,6 @@ certificate; the server's certificate passes through the trust list first."""
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import select
 import subprocess
 import sys
@@ -17,11 +15,10 @@ from pathlib import Path
 import pytest
 from asyncua import Client, ua
 from asyncua.crypto.security_policies import SecurityPolicyBasic256Sha256
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tests.support.pki import opcua_application_certificate, write_key_pem
 from tests.support.servers import free_port
 from tests.support.softhsm import SoftHsmToken, make_softhsm_token
 from unskit.errors import DeviceError
@@ -39,48 +36,10 @@ NAMESPACE = "urn:unskit:test:pkcs11"
 def server_certificate(folder: Path) -> tuple[Path, Path]:
     """A software server certificate with the usages OPC UA needs (test-peers notes 3a)."""
     key = rsa.generate_private_key(65537, 2048)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "unskit pkcs11 peer")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [
-                    x509.UniformResourceIdentifier(SERVER_URI),
-                    x509.DNSName("localhost"),
-                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                ]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(True, True, True, True, False, False, False, False, False),
-            critical=True,
-        )
-        .add_extension(
-            x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-            ),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
+    cert = opcua_application_certificate(key, "unskit pkcs11 peer", SERVER_URI, days=1)
     cert_path, key_path = folder / "server.der", folder / "server.key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.DER))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    write_key_pem(key, key_path)
     return cert_path, key_path
 
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.servers import free_port, port_open, wait_until
+from tests.support.servers import free_port, port_open, terminate, wait_until
 
 
 @dataclass
@@ -55,11 +55,5 @@ class LogixSimulator:
         return port_open(self.port)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        terminate(self.process)
         self.process = None

@@ -10,7 +10,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.servers import free_port, wait_until
+from tests.support.servers import free_port, terminate, wait_until
 
 #: The npm project of the server script; scripts/install-node-peers fills its node_modules.
 NODE_SERVER_DIR = Path(__file__).resolve().parents[1] / "opcua" / "node_server"
@@ -106,13 +106,7 @@ class NodeOpcuaServer:
 
     def stop(self) -> None:
         """SIGTERM (the server closes its sessions), SIGKILL after 10 s."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        terminate(self.process)
         self.process = None
 
     def kill(self) -> None:

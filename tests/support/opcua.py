@@ -4,8 +4,6 @@ peer, and RSA application certificates for its secure endpoints."""
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import re
 import subprocess
 import sys
@@ -16,12 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.support.servers import free_port, wait_until
+from tests.support.pki import opcua_application_certificate, write_key_pem
+from tests.support.servers import free_port, terminate, wait_until
 from unskit.errors import DeviceError
 from unskit.opcua.config import (
     ClientCertificate,
@@ -53,62 +50,13 @@ def make_app_certificate(folder: Path, name: str, uri: str) -> AppCertificate:
     """A self-signed RSA-2048 certificate with URI SAN `uri` and the key usages OPC UA wants."""
     folder.mkdir(parents=True, exist_ok=True)
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [
-                    x509.UniformResourceIdentifier(uri),
-                    x509.DNSName("localhost"),
-                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                ]
-            ),
-            critical=False,
-        )
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=True,
-                key_encipherment=True,
-                data_encipherment=True,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(
-            x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
+    cert = opcua_application_certificate(key, name, uri)
     paths = AppCertificate(
         folder / f"{name}.der", folder / f"{name}.pem", folder / f"{name}.key.pem", uri
     )
     paths.der.write_bytes(cert.public_bytes(serialization.Encoding.DER))
     paths.pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths.key.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    paths.key.chmod(0o600)
+    write_key_pem(key, paths.key)
     return paths
 
 
@@ -201,13 +149,7 @@ class OpcUaSim:
         return "READY" in text
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        terminate(self.process)
         self.process = None
 
 

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -84,3 +85,15 @@ def root_logging_restored() -> Iterator[None]:
             if handler not in root.handlers:
                 root.addHandler(handler)
         root.setLevel(level)
+
+
+def terminate(process: subprocess.Popen[Any] | None, grace_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL when `process` has not exited after `grace_s`; reaps it."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(grace_s)

@@ -8,8 +8,6 @@ signed by the token through `Pkcs11PrivateKey`, then stored on it as a certifica
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
 import subprocess
 from dataclasses import dataclass
@@ -17,10 +15,10 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives import serialization
 from pkcs11 import Attribute, CertificateType, KeyType, ObjectClass
 
+from tests.support.pki import opcua_application_certificate
 from unskit.opcua.config import Pkcs11Key
 from unskit.opcua.pkcs11 import Pkcs11PrivateKey, Pkcs11Token
 
@@ -138,47 +136,7 @@ def make_softhsm_token(
 
 
 def _self_signed(key: Pkcs11PrivateKey, application_uri: str) -> x509.Certificate:
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "unskit opcua pkcs11 client")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    return (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [
-                    x509.UniformResourceIdentifier(application_uri),
-                    x509.DNSName("localhost"),
-                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                ]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=True,
-                key_encipherment=True,
-                data_encipherment=True,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(
-            x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-            ),
-            critical=False,
-        )
-        # Signed on the token: the builder calls Pkcs11PrivateKey.sign (PKCS1v15, SHA-256).
-        .sign(key, hashes.SHA256())
+    # Signed on the token: the builder calls Pkcs11PrivateKey.sign (PKCS1v15, SHA-256).
+    return opcua_application_certificate(
+        key, "unskit opcua pkcs11 client", application_uri, days=30
     )
