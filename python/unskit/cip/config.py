@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from unskit.config.model import ComponentConfig, thaw
-from unskit.config.schema import load_schema, validate_with_schema
+from unskit.config.schema import definition_schema, load_schema, validate_with_schema
 from unskit.elementary_types import field_bytes
 from unskit.errors import ConfigIssue
 from unskit.southbound.component import Candidate
@@ -24,6 +24,7 @@ from unskit.southbound.driver import (
     PublishMode,
     SignalSpec,
     Timing,
+    parse_timing,
 )
 from unskit.southbound.service import Skipped
 
@@ -68,13 +69,7 @@ def component_schema() -> Mapping[str, Any]:
 
 @functools.cache
 def _instance_schema() -> Mapping[str, Any]:
-    schema = component_schema()
-    return {
-        "$schema": schema["$schema"],
-        "$id": f"{schema['$id']}:instance",
-        "$defs": schema["$defs"],
-        "$ref": "#/$defs/instance",
-    }
+    return definition_schema(component_schema(), "instance")
 
 
 @dataclass(frozen=True)
@@ -96,7 +91,9 @@ def parse_component(config: ComponentConfig) -> Candidate:
     """Every valid instance (precedence resolved) and every skipped one with its reason."""
     component = thaw(config.component)
     global_section = component.get("global") or {}
-    timing = _timing(global_section)
+    timing = parse_timing(
+        global_section, thresholds_key="thresholds", stale_signal_secs=Timing().stale_signal_secs
+    )
     global_defaults = global_section.get("defaults") or {}
     specs: list[InstanceSpec] = []
     skipped: list[Skipped] = []
@@ -122,29 +119,6 @@ def parse_component(config: ComponentConfig) -> Candidate:
             continue
         specs.append(_instance(entry, global_defaults, timing, path))
     return Candidate(specs, skipped)
-
-
-def _timing(global_section: Mapping[str, Any]) -> Timing:
-    timing = global_section.get("timing") or {}
-    thresholds = global_section.get("thresholds") or {}
-    metrics = global_section.get("metrics") or {}
-    defaults = Timing()
-    return Timing(
-        connect_ms=timing.get("connectMs", defaults.connect_ms),
-        request_timeout_ms=timing.get("requestTimeoutMs", defaults.request_timeout_ms),
-        reconnect_backoff_min_ms=timing.get(
-            "reconnectBackoffMinMs", defaults.reconnect_backoff_min_ms
-        ),
-        reconnect_backoff_max_ms=max(
-            timing.get("reconnectBackoffMaxMs", defaults.reconnect_backoff_max_ms),
-            timing.get("reconnectBackoffMinMs", defaults.reconnect_backoff_min_ms),
-        ),
-        stale_signal_secs=thresholds.get("staleSignalSecs", defaults.stale_signal_secs),
-        keepalive_probe_interval_ms=timing.get(
-            "keepaliveProbeIntervalMs", defaults.keepalive_probe_interval_ms
-        ),
-        metrics_interval_secs=metrics.get("metricsIntervalSecs", defaults.metrics_interval_secs),
-    )
 
 
 def _instance_issues(entry: object, index: int) -> list[ConfigIssue]:

@@ -87,6 +87,17 @@ def load_schema(name: str) -> dict[str, Any]:
     return schema
 
 
+def definition_schema(schema: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """A schema of its own for `schema`'s ``$defs/<name>`` (one instance entry, checked on
+    its own so a malformed entry is skipped with its path while the others run)."""
+    return {
+        "$schema": schema["$schema"],
+        "$id": f"{schema['$id']}:{name}",
+        "$defs": schema["$defs"],
+        "$ref": f"#/$defs/{name}",
+    }
+
+
 @functools.cache
 def framework_schema() -> Mapping[str, Any]:
     """The framework schema (the shared sections), read once."""

@@ -18,12 +18,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from unskit.config.model import ComponentConfig, thaw
-from unskit.config.schema import load_schema, validate_with_schema
+from unskit.config.schema import definition_schema, load_schema, validate_with_schema
 from unskit.config.secrets import SecretRef
 from unskit.config.templates import path_template_variables, render_path_template
 from unskit.errors import ConfigError, ConfigIssue
 from unskit.southbound.component import Candidate
-from unskit.southbound.driver import InstanceSpec, Timing
+from unskit.southbound.driver import InstanceSpec, Timing, parse_timing
 from unskit.southbound.service import Skipped
 
 __all__ = [
@@ -208,20 +208,16 @@ def component_schema() -> Mapping[str, Any]:
 
 @functools.cache
 def _instance_schema() -> Mapping[str, Any]:
-    schema = component_schema()
-    return {
-        "$schema": schema["$schema"],
-        "$id": f"{schema['$id']}:instance",
-        "$defs": schema["$defs"],
-        "$ref": "#/$defs/instance",
-    }
+    return definition_schema(component_schema(), "instance")
 
 
 def parse_component(config: ComponentConfig) -> Candidate:
     """Every valid instance (precedence resolved) and every skipped one with its reason."""
     component = thaw(config.component)
     global_section = component.get("global") or {}
-    timing = _timing(global_section)
+    timing = parse_timing(
+        global_section, thresholds_key="healthThresholds", stale_signal_secs=STALE_SIGNAL_SECS
+    )
     global_defaults = global_section.get("defaults") or {}
     specs: list[InstanceSpec] = []
     skipped: list[Skipped] = []
@@ -249,27 +245,6 @@ def opcua_settings(spec: InstanceSpec) -> OpcUaSettings:
     if not isinstance(spec.settings, OpcUaSettings):
         raise TypeError(f"instance {spec.id} carries no OpcUaSettings: not an opcua-adapter entry")
     return spec.settings
-
-
-def _timing(global_section: Mapping[str, Any]) -> Timing:
-    timing = global_section.get("timing") or {}
-    thresholds = global_section.get("healthThresholds") or {}
-    metrics = global_section.get("metrics") or {}
-    defaults = Timing()
-    backoff_min = timing.get("reconnectBackoffMinMs", defaults.reconnect_backoff_min_ms)
-    return Timing(
-        connect_ms=timing.get("connectMs", defaults.connect_ms),
-        request_timeout_ms=timing.get("requestTimeoutMs", defaults.request_timeout_ms),
-        reconnect_backoff_min_ms=backoff_min,
-        reconnect_backoff_max_ms=max(
-            timing.get("reconnectBackoffMaxMs", defaults.reconnect_backoff_max_ms), backoff_min
-        ),
-        stale_signal_secs=thresholds.get("staleSignalSecs", STALE_SIGNAL_SECS),
-        keepalive_probe_interval_ms=timing.get(
-            "keepaliveProbeIntervalMs", defaults.keepalive_probe_interval_ms
-        ),
-        metrics_interval_secs=metrics.get("metricsIntervalSecs", defaults.metrics_interval_secs),
-    )
 
 
 # -- the rules a schema cannot say ----------------------------------------------------------

@@ -25,6 +25,7 @@ __all__ = [
     "ReadingSink",
     "SignalSpec",
     "Timing",
+    "parse_timing",
 ]
 
 
@@ -188,6 +189,31 @@ class Timing:
     stale_signal_secs: int = 60
     keepalive_probe_interval_ms: int = 60000
     metrics_interval_secs: int = 60
+
+
+def parse_timing(
+    global_section: Mapping[str, Any], *, thresholds_key: str, stale_signal_secs: int
+) -> Timing:
+    """An adapter's component.global timing (timing, thresholds under `thresholds_key`,
+    metrics), defaults filled in; the backoff ceiling is never below its floor."""
+    timing = global_section.get("timing") or {}
+    thresholds = global_section.get(thresholds_key) or {}
+    metrics = global_section.get("metrics") or {}
+    defaults = Timing()
+    backoff_min = timing.get("reconnectBackoffMinMs", defaults.reconnect_backoff_min_ms)
+    return Timing(
+        connect_ms=timing.get("connectMs", defaults.connect_ms),
+        request_timeout_ms=timing.get("requestTimeoutMs", defaults.request_timeout_ms),
+        reconnect_backoff_min_ms=backoff_min,
+        reconnect_backoff_max_ms=max(
+            timing.get("reconnectBackoffMaxMs", defaults.reconnect_backoff_max_ms), backoff_min
+        ),
+        stale_signal_secs=thresholds.get("staleSignalSecs", stale_signal_secs),
+        keepalive_probe_interval_ms=timing.get(
+            "keepaliveProbeIntervalMs", defaults.keepalive_probe_interval_ms
+        ),
+        metrics_interval_secs=metrics.get("metricsIntervalSecs", defaults.metrics_interval_secs),
+    )
 
 
 @dataclass(frozen=True)
