@@ -102,6 +102,7 @@ def test_writes_follow_the_allow_list(start_opcua, opcua_server) -> None:
     assert wrong_type.value.code == "BAD_ARGS"
 
 
+@pytest.mark.slow
 def test_a_server_restart_is_recovered_without_restarting_the_component(
     start_opcua, opcua_server
 ) -> None:
@@ -157,6 +158,7 @@ def test_reload_restarts_only_the_changed_instance(start_opcua, opcua_server) ->
     )
 
 
+@pytest.mark.slow
 def test_the_example_runs_as_shipped(broker: Mosquitto, opcua_server, tmp_path: Path) -> None:
     """examples/opcua-adapter.json with only the port and broker changed, under `unskit run`."""
     sim = opcua_server()

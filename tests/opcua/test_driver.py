@@ -124,6 +124,7 @@ def test_readings_carry_source_and_server_timestamps(
     assert first.server_timestamp_ms > 0
 
 
+@pytest.mark.slow
 def test_namespace_uris_are_resolved_at_every_connect(
     opcua_server: Callable[..., OpcUaSim], make_driver: Any
 ) -> None:
@@ -320,6 +321,7 @@ def test_unskit_opcua_sim_serves_the_default_path(tmp_path: Path, make_driver: A
         sim.stop()
 
 
+@pytest.mark.slow
 def test_a_server_restart_is_reported_lost_and_a_new_session_delivers_again(
     opcua_server: Callable[..., OpcUaSim], make_driver: Any
 ) -> None:

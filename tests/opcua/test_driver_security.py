@@ -230,6 +230,7 @@ def vault(tmp_path: Path) -> tuple[Vault, VaultSecrets]:
     )
 
 
+@pytest.mark.slow
 def test_a_vault_identity_and_a_vault_user(
     opcua_server: Callable[..., OpcUaSim],
     opcua_certs: dict[str, AppCertificate],
