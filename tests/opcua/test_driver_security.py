@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +63,15 @@ def receives_values(driver: Any) -> CollectingSink:
     return sink
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def secure_sim(
-    opcua_server: Callable[..., OpcUaSim], opcua_certs: dict[str, AppCertificate]
-) -> OpcUaSim:
-    return opcua_server(*sim_options(opcua_certs["server"], "--users", f"bob:{PASSWORD}"))
+    tmp_path_factory: pytest.TempPathFactory, opcua_certs: dict[str, AppCertificate]
+) -> Iterator[OpcUaSim]:
+    """One secure sim for the module's tests (none of them stops or changes it)."""
+    options = sim_options(opcua_certs["server"], "--users", f"bob:{PASSWORD}")
+    sim = OpcUaSim(tmp_path_factory.mktemp("secure-sim"), options).start()
+    yield sim
+    sim.stop()
 
 
 # -- (a) a file identity, the server certificate in trusted/ ------------------------------
