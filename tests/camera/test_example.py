@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.adapter import Inbox
+from tests.support.adapter import Inbox, inbox_answers
 from tests.support.mosquitto import Mosquitto
 from tests.support.servers import component_process, wait_until
 from unskit.commands import CommandClient
@@ -47,6 +47,9 @@ def test_the_example_runs_as_is(
         with component_process("camera-adapter", log, *args) as process:
             wait_until(lambda: b"camera-adapter running" in log.read_bytes(), 30, "start-up")
             commands = CommandClient(client, "camera-adapter", "demo")
+            # "running" can come before the broker's SUBACK of the inbox, and a request sent
+            # before that is dropped by the broker: wait until the inbox answers.
+            wait_until(lambda: inbox_answers(commands), 30, "the inbox")
             group = commands.call(
                 "capture-group", {"requestId": "demo-1", "instances": cameras}, timeout=30
             )
