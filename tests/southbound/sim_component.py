@@ -72,6 +72,8 @@ class PushedDriver(SwitchedDriver):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failed: set[str] = set()
+        #: The last `hold` the runtime asked for (pause True, resume False).
+        self.held = False
         Pushed.drivers.append(self)
 
     def subscribe(self, sink: ReadingSink) -> None:
@@ -108,6 +110,9 @@ class PushedDriver(SwitchedDriver):
         if not signal_id.startswith("Program:"):
             raise ValueError(f"{signal_id!r} is not a tag path")
         return SignalSpec(signal_id, signal_id, "REAL")
+
+    def hold(self, paused: bool) -> None:
+        self.held = paused
 
     def maintain(self) -> float | None:
         Pushed.maintains += 1

@@ -101,8 +101,10 @@ def test_pause_holds_publication_and_resume_restores_it(start_adapter) -> None:
     probes = SwitchedDriver.switch.probes
     wait_until(lambda: SwitchedDriver.switch.probes >= probes + 3, 10, "probes while paused")
     assert len(updates(adapter, "line-1", "speed")) <= held + 1, "at most one in flight"
+    wait_until(lambda: Pushed.drivers[-1].held, 10, "the driver told to hold")
     adapter.client.call("resume", instance="line-1")
     wait_until(lambda: len(updates(adapter, "line-1", "speed")) >= held + 3, 10, "again")
+    wait_until(lambda: not Pushed.drivers[-1].held, 10, "the driver told to send again")
 
 
 def test_verbs_reach_signals_the_source_addresses_and_star_writes(start_adapter) -> None:
@@ -185,3 +187,14 @@ def test_the_inbox_flags_reset_when_read_and_a_closed_inbox_ignores_everything()
     inbox.wake()
     assert inbox.take() == []
     assert inbox.take_flags() == (None, False, False)
+
+
+def test_the_inbox_hands_over_signals_reported_alive_once() -> None:
+    inbox = PushInbox("line-1", lambda: None)
+    inbox.alive(["a", "b"])
+    inbox.alive(["b", "c"])
+    assert inbox.take_alive() == {"a", "b", "c"}
+    assert inbox.take_alive() == set()
+    inbox.close()
+    inbox.alive(["a"])
+    assert inbox.take_alive() == set(), "a closed inbox ignores the driver"

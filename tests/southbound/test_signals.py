@@ -183,3 +183,11 @@ def test_a_long_detail_is_cut_to_the_envelope_bound_on_a_character_boundary() ->
     assert sample["status"] == "é" * (MAX_SAMPLE_STATUS_BYTES // 2)
     message = MessageBuilder("SouthboundSignalUpdate", "1.0").signal_update("Tag", [sample])
     assert message.build().body["samples"][0]["status"] == sample["status"]
+
+
+def test_touch_keeps_an_unchanged_signal_fresh_but_not_a_bad_one() -> None:
+    table = SignalTable([("g", spec()), ("g", SignalSpec(id="Bad", name="bad", type="REAL"))])
+    table.accept([Reading("Tag", 1.0), Reading("Bad", None, Quality.BAD)], 0, 0.0)
+    assert {s.spec.id for s in table.stale(100.0, 60)} == {"Tag", "Bad"}
+    table.touch(["Tag", "Bad", "Unknown"], 90.0)
+    assert {s.spec.id for s in table.stale(100.0, 60)} == {"Bad"}, "BAD stays stale"

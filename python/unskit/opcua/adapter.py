@@ -784,6 +784,9 @@ class OpcUaDriver:
             server_timestamp_ms=_server_ms(value),
         )
 
+    def hold(self, paused: bool) -> None:
+        """Pause keeps the session and its subscriptions (the runtime drops what arrives)."""
+
     def maintain(self) -> float | None:
         if self._lost is not None:
             raise self._lost

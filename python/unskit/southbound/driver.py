@@ -148,6 +148,11 @@ class ReadingSink(Protocol):
         """Asks for `maintain()` soon (a model change, a retry that is due)."""
         ...
 
+    def alive(self, signal_ids: Sequence[str]) -> None:
+        """These signals were read good just now without a change worth delivering (a
+        source that sends changes only): they are not stale."""
+        ...
+
 
 @runtime_checkable
 class PushDriver(DeviceDriver, Protocol):
@@ -175,6 +180,12 @@ class PushDriver(DeviceDriver, Protocol):
         """Called on the instance thread after `subscribe` and whenever woken: retries what
         failed, re-browses after a model change. Returns the seconds until it wants to be
         called again (None: only when woken); raises DeviceError when the connection is gone."""
+        ...
+
+    def hold(self, paused: bool) -> None:
+        """sb/pause (True) and sb/resume (False) on the instance thread: a source may stop
+        sending while paused (CIP closes its connection) or keep it (OPC UA); what arrives
+        while paused is dropped by the runtime either way."""
         ...
 
 

@@ -297,6 +297,7 @@ class InstanceRunner:
     def _run_push(self, driver: PushDriver) -> None:
         next_probe = 0.0
         next_maintain: float | None = None
+        held = False
         while not self._stop.is_set():
             if not self.connected:
                 if self._connect(lambda deadline_s: self._subscribe(driver, deadline_s)):
@@ -309,6 +310,13 @@ class InstanceRunner:
             maintain_asked = self._drain(driver, now)
             if not self.connected:
                 continue
+            if self._paused != held:
+                paused = self._paused
+                try:
+                    self._guard(lambda: driver.hold(paused))
+                except DeviceError:
+                    continue
+                held = paused
             if maintain_asked or (next_maintain is not None and now >= next_maintain):
                 try:
                     after = self._guard(driver.maintain)
@@ -351,11 +359,14 @@ class InstanceRunner:
         if changed:
             self._define(driver)
         readings = inbox.take()
+        alive = inbox.take_alive()
         dropped = inbox.take_dropped()
         if dropped:
             self._context.counter(self.spec.id, "samplesDropped", None).inc(dropped)
         if readings and not self._paused:
             self._table.accept(readings, int(time.time() * 1000), now)
+        if alive and not self._paused:
+            self._table.touch(alive, now)
         if lost is not None and self.connected:
             self._lost(lost)
         return maintain

@@ -39,6 +39,7 @@ class PushInbox:
         self._readings: deque[Reading] = deque()
         self._signals_changed = False
         self._maintain_due = False
+        self._alive: set[str] = set()
         self._lost: DeviceError | None = None
         self._closed = False
         self._dropped = 0
@@ -80,6 +81,11 @@ class PushInbox:
             self._maintain_due = not self._closed
         self._wake()
 
+    def alive(self, signal_ids: Sequence[str]) -> None:
+        with self._lock:
+            if not self._closed:
+                self._alive.update(signal_ids)
+
     # -- the instance thread's side --------------------------------------------------------
 
     def take(self) -> list[Reading]:
@@ -96,6 +102,12 @@ class PushInbox:
             flags = (self._lost, self._signals_changed, self._maintain_due)
             self._lost, self._signals_changed, self._maintain_due = None, False, False
         return flags
+
+    def take_alive(self) -> set[str]:
+        """Signals reported read good without a change since the last call."""
+        with self._lock:
+            alive, self._alive = self._alive, set()
+        return alive
 
     def take_dropped(self) -> int:
         """Readings dropped since the last call."""

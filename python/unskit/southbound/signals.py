@@ -235,6 +235,13 @@ class SignalTable:
             if state.last_good_monotonic is None or now - state.last_good_monotonic > threshold_s
         ]
 
+    def touch(self, signal_ids: Iterable[str], now: float) -> None:
+        """Signals read good now without a new sample (a change-only push source)."""
+        for signal_id in signal_ids:
+            state = self.by_id.get(signal_id)
+            if state is not None and state.last_quality in (None, Quality.GOOD):
+                state.last_good_monotonic = now
+
     def restart_staleness(self, now: float) -> None:
         """After a pause: the paused time does not count towards staleness."""
         for state in self.by_id.values():
