@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from unskit.cip.component import EthernetIpAdapter
-from unskit.cip.config import parse_component
+from unskit.cip.config import parse_component, push_settings
 from unskit.config.loader import resolve_config
 from unskit.config.platform import Platform
 from unskit.errors import ConfigError
@@ -259,11 +259,61 @@ def test_a_malformed_instance_is_skipped_with_its_json_path(entry, path) -> None
     assert any(path in issue for issue in issues), issues
 
 
-def test_a_valid_push_instance_parses_but_is_not_run_yet() -> None:
-    candidate = parse_component(config(poll_instance("good"), push_instance()))
-    (skipped,) = candidate.skipped
-    assert skipped.id == "io-1"
-    assert "push mode is not available" in skipped.reason
+def test_a_valid_push_instance_parses_with_its_io_and_socket_settings() -> None:
+    candidate = parse_component(
+        config(
+            poll_instance("good"),
+            push_instance(),
+            **{"global": {"implicitIo": {"udpPort": 0, "bindAddress": "127.0.0.1"}}},
+        )
+    )
+    assert candidate.skipped == []
+    push = next(spec for spec in candidate.specs if spec.id == "io-1")
+    settings = push_settings(push)
+    assert (settings.udp_port, settings.bind_address) == (0, "127.0.0.1")
+    assert settings.io["assemblies"] == {"input": 100, "output": 150}
+    assert (settings.publish_mode, settings.batch_ms) == ("onChange", 0)
+    assert push.poll_groups == []
+
+
+def test_the_class1_socket_defaults_to_udp_2222_on_every_address() -> None:
+    (_, push) = parse_component(config(poll_instance("good"), push_instance())).specs
+    assert (push_settings(push).udp_port, push_settings(push).bind_address) == (2222, "0.0.0.0")
+
+
+@pytest.mark.parametrize(
+    ("allow", "accepted", "message"),
+    [
+        ("a150/0/INT", True, ""),
+        ("a150/run", True, ""),
+        ("a100/0/DINT", False, "input (T-to-O) field"),
+        ("a150/2/INT", False, "not a signal id"),
+    ],
+)
+def test_push_writes_allow_output_fields_and_run_only(allow, accepted, message) -> None:
+    entry = push_instance(
+        output={"sizeBytes": 2, "signals": [{"name": "y", "offset": 0, "type": "INT"}]}
+    )
+    entry["writes"] = {"allow": [allow]}
+    candidate = parse_component(config(poll_instance("good"), entry))
+    if accepted:
+        assert candidate.skipped == []
+    else:
+        (skipped,) = candidate.skipped
+        assert skipped.issues[0].path == "$.component.instances[1].writes.allow[0]"
+        assert message in skipped.issues[0].message
+
+
+def test_a_heartbeat_or_modeless_output_has_no_run_field() -> None:
+    entry = push_instance(output={"sizeBytes": 0, "realTimeFormat": "heartbeat"})
+    entry["writes"] = {"allow": ["a150/run"]}
+    (skipped,) = parse_component(config(poll_instance("good"), entry)).skipped
+    assert "not a signal id" in skipped.reason
+
+
+def test_push_mode_needs_the_ethernet_ip_adapter() -> None:
+    issues = skipped_issues({**push_instance(), "adapter": "sim"})
+    assert any("adapter" in issue and "ethernet-ip adapter only" in issue for issue in issues)
 
 
 def test_duplicate_ids_the_first_wins() -> None:

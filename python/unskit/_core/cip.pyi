@@ -9,11 +9,17 @@ __all__ = [
     "Datagram",
     "Decoded",
     "ElementaryType",
+    "ForwardOpenOutcome",
     "InputPlan",
     "OutputPlan",
     "ParseResult",
     "build_datagram",
+    "connection_status",
+    "decode_forward_close_reply",
+    "decode_forward_open_reply",
     "field_bytes",
+    "forward_close_request",
+    "forward_open_request",
     "parse",
 ]
 
@@ -133,3 +139,59 @@ def build_datagram(
     run: bool = True,
     data: Any | None = None,
 ) -> bytes: ...
+
+# -- cip::connection: Forward Open / Forward Close (Message Router bytes) --------------------
+
+@final
+class ForwardOpenOutcome:
+    @property
+    def opened(self) -> bool: ...
+    @property
+    def large(self) -> bool: ...
+    @property
+    def o2t_connection_id(self) -> int: ...
+    @property
+    def t2o_connection_id(self) -> int: ...
+    @property
+    def connection_serial(self) -> int: ...
+    @property
+    def o2t_api_us(self) -> int: ...
+    @property
+    def t2o_api_us(self) -> int: ...
+    @property
+    def general_status(self) -> int: ...
+    @property
+    def extended_status(self) -> int | None: ...
+    @property
+    def status(self) -> str: ...
+
+def forward_open_request(
+    *,
+    o2t_connection_id: int,
+    t2o_connection_id: int,
+    connection_serial: int,
+    vendor_id: int,
+    originator_serial: int,
+    timeout_multiplier: int,
+    o2t_rpi_us: int,
+    t2o_rpi_us: int,
+    o2t_size: int,
+    t2o_size: int,
+    config: int,
+    output: int,
+    input: int,
+    t2o_type: str = "p2p",
+    priority: str = "scheduled",
+) -> bytes: ...
+def forward_close_request(
+    *,
+    connection_serial: int,
+    vendor_id: int,
+    originator_serial: int,
+    config: int,
+    output: int,
+    input: int,
+) -> bytes: ...
+def decode_forward_open_reply(data: bytes) -> ForwardOpenOutcome: ...
+def decode_forward_close_reply(data: bytes) -> str | None: ...
+def connection_status(general: int, extended: int | None = None) -> str: ...

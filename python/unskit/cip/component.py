@@ -1,5 +1,6 @@
-"""`unskit run ethernet-ip-adapter`: PLC tags polled over EtherNet/IP (or the `sim` backend)
-and published into the UNS through the shared southbound runtime."""
+"""`unskit run ethernet-ip-adapter`: PLC tags polled over EtherNet/IP, or assemblies consumed
+over class-1 implicit I/O (push mode), or the `sim` backend, published into the UNS through
+the shared southbound runtime."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from unskit.cip.config import TOKEN, component_schema, parse_component
+from unskit.cip.push import CipPushDriver, IoHubs
 from unskit.config.model import ComponentConfig
 from unskit.southbound.component import Candidate, SouthboundComponent
 from unskit.southbound.driver import DeviceDriver, InstanceSpec
@@ -23,15 +25,30 @@ def _poll_driver(spec: InstanceSpec) -> DeviceDriver:
     return PollDriver(spec)
 
 
+def _is_push(spec: InstanceSpec) -> bool:
+    return bool(spec.entry.get("mode") == "push")
+
+
 class EthernetIpAdapter(SouthboundComponent):
     """Polls PLC tags per poll group and publishes SouthboundSignalUpdate envelopes."""
 
     token: ClassVar[str] = TOKEN
     schema: ClassVar[Mapping[str, Any] | None] = component_schema()
 
+    def __init__(self) -> None:
+        super().__init__()
+        #: The class-1 UDP sockets, shared by this component's push instances.
+        self._io_hubs = IoHubs()
+
     def drivers(self) -> Mapping[str, DriverFactory]:
-        """`ethernet-ip` (poll mode over pycomm3) and `sim` (waveforms, no PLC)."""
-        return {"ethernet-ip": _poll_driver, "sim": SimDriver}
+        """`ethernet-ip` (poll mode over pycomm3, push mode over class-1 I/O) and `sim`
+        (waveforms, no PLC)."""
+        return {"ethernet-ip": self._ethernet_ip, "sim": SimDriver}
+
+    def _ethernet_ip(self, spec: InstanceSpec) -> DeviceDriver:
+        if _is_push(spec):
+            return CipPushDriver(spec, self._io_hubs)
+        return _poll_driver(spec)
 
     def parse(self, config: ComponentConfig) -> Candidate:
         """Valid instances with precedence resolved; malformed ones skipped with their path."""

@@ -33,8 +33,11 @@ __all__ = [
     "CIP_TLS_PORT",
     "TOKEN",
     "CipConnection",
+    "PushSettings",
     "component_schema",
     "parse_component",
+    "push_settings",
+    "run_signal_id",
     "security_mode",
 ]
 
@@ -46,6 +49,10 @@ CIP_TLS_PORT = 2221
 SCHEMA_FILE = "ethernet-ip-adapter.schema.json"
 #: pycomm3 refuses port 65535 when it parses the path (`port >= 65535`), so it is not usable.
 _MAX_PORT = 65534
+
+#: The class-1 UDP socket of the component (global.implicitIo): port and bind address.
+IMPLICIT_IO_PORT = 2222
+IMPLICIT_IO_BIND = "0.0.0.0"
 
 #: Built-in values, the last step of the precedence signal > group > device > global.
 BUILTIN_POLL_INTERVAL_MS = 5000
@@ -87,6 +94,17 @@ class CipConnection:
         return f"{host}:{self.port}"
 
 
+@dataclass(frozen=True)
+class PushSettings:
+    """A push instance's `io` with its publication defaults and the component's UDP socket."""
+
+    io: Mapping[str, Any]
+    publish_mode: str
+    batch_ms: int
+    udp_port: int
+    bind_address: str
+
+
 def parse_component(config: ComponentConfig) -> Candidate:
     """Every valid instance (precedence resolved) and every skipped one with its reason."""
     component = thaw(config.component)
@@ -95,6 +113,7 @@ def parse_component(config: ComponentConfig) -> Candidate:
         global_section, thresholds_key="thresholds", stale_signal_secs=Timing().stale_signal_secs
     )
     global_defaults = global_section.get("defaults") or {}
+    implicit_io = global_section.get("implicitIo") or {}
     specs: list[InstanceSpec] = []
     skipped: list[Skipped] = []
     seen: set[str] = set()
@@ -112,12 +131,7 @@ def parse_component(config: ComponentConfig) -> Candidate:
             skipped.append(Skipped(name, str(issue), (issue,)))
             continue
         seen.add(name)
-        if entry.get("mode", "poll") == "push":
-            # Push-mode configuration is validated; its runtime (class-1 I/O) is not built yet.
-            issue = ConfigIssue(f"{path}.mode", "push mode is not available in this build yet")
-            skipped.append(Skipped(name, str(issue), (issue,)))
-            continue
-        specs.append(_instance(entry, global_defaults, timing, path))
+        specs.append(_instance(entry, global_defaults, timing, path, implicit_io))
     return Candidate(specs, skipped)
 
 
@@ -139,6 +153,8 @@ def _rules(entry: Mapping[str, Any], path: str) -> Iterator[ConfigIssue]:
     else:
         if "io" not in entry:
             yield ConfigIssue(f"{path}.io", "a push instance requires io")
+        if entry.get("adapter", "ethernet-ip") != "ethernet-ip":
+            yield ConfigIssue(f"{path}.adapter", "push mode runs on the ethernet-ip adapter only")
         if "pollGroups" in entry:
             yield ConfigIssue(f"{path}.pollGroups", "a push instance must not have pollGroups")
     port = _connection(entry["connection"]).port
@@ -161,8 +177,19 @@ def _rules(entry: Mapping[str, Any], path: str) -> Iterator[ConfigIssue]:
     io = entry.get("io")
     if io is not None:
         yield from _io_rules(io, f"{path}.io", names, signal_ids)
+        if (io.get("output") or {}).get("realTimeFormat", "header32") == "header32":
+            signal_ids.add(run_signal_id(io["assemblies"]["output"]))
+    inputs = set()
+    if io is not None:
+        instance = io["assemblies"]["input"]
+        inputs = {assembly_signal_id(instance, field) for field in io["input"]["signals"]}
     for a, allowed in enumerate((entry.get("writes") or {}).get("allow", [])):
-        if allowed not in signal_ids:
+        if allowed in inputs:
+            yield ConfigIssue(
+                f"{path}.writes.allow[{a}]",
+                f"{allowed!r} is an input (T-to-O) field: only output fields are writable",
+            )
+        elif allowed not in signal_ids:
             yield ConfigIssue(
                 f"{path}.writes.allow[{a}]", f"{allowed!r} is not a signal id of this instance"
             )
@@ -218,6 +245,11 @@ def assembly_signal_id(instance: int, field: Mapping[str, Any]) -> str:
     return f"a{instance}/{field['offset']}/{field['type']}{bit}"
 
 
+def run_signal_id(output_instance: int) -> str:
+    """The writable pseudo-field that switches a header32 O-to-T connection's run/idle bit."""
+    return f"a{output_instance}/run"
+
+
 def _security_rules(security: Mapping[str, Any], path: str) -> Iterator[ConfigIssue]:
     client = security.get("client") or {}
     client_styles = [
@@ -252,7 +284,11 @@ def _security_rules(security: Mapping[str, Any], path: str) -> Iterator[ConfigIs
 
 
 def _instance(
-    entry: Mapping[str, Any], global_defaults: Mapping[str, Any], timing: Timing, path: str
+    entry: Mapping[str, Any],
+    global_defaults: Mapping[str, Any],
+    timing: Timing,
+    path: str,
+    implicit_io: Mapping[str, Any],
 ) -> InstanceSpec:
     device_defaults = entry.get("defaults") or {}
     connection = _connection(entry["connection"])
@@ -300,6 +336,15 @@ def _instance(
                     signal.array_count,
                 )
         groups.append(PollGroupSpec(group.get("id", f"group-{g + 1}"), interval, signals))
+    push = None
+    if "io" in entry:
+        push = PushSettings(
+            io=entry["io"],
+            publish_mode=resolved("publishMode", BUILTIN_PUBLISH_MODE),
+            batch_ms=resolved("batchMs", BUILTIN_BATCH_MS),
+            udp_port=implicit_io.get("udpPort", IMPLICIT_IO_PORT),
+            bind_address=implicit_io.get("bindAddress", IMPLICIT_IO_BIND),
+        )
     return InstanceSpec(
         id=entry["id"],
         adapter=entry.get("adapter", "ethernet-ip"),
@@ -309,7 +354,15 @@ def _instance(
         timing=timing,
         entry=entry,
         unavailable=unavailable,
+        settings=push,
     )
+
+
+def push_settings(spec: InstanceSpec) -> PushSettings:
+    """The push-mode settings `parse_component` put on a push instance."""
+    if not isinstance(spec.settings, PushSettings):
+        raise TypeError(f"instance {spec.id} is not a push instance")
+    return spec.settings
 
 
 def security_mode(entry: Mapping[str, Any]) -> str:

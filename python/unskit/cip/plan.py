@@ -144,6 +144,11 @@ class InputPlan:
             sample_ms=input_doc.get("sampleMs", 0),
         )
 
+    @property
+    def core(self) -> _cip.InputPlan:
+        """The compiled Rust plan (what the class-1 engine takes)."""
+        return self._plan
+
     def decode(self, datagram: bytes, now_ms: int) -> Decoded:
         """One whole UDP datagram; `now_ms` is a monotonic clock in milliseconds."""
         out = self._plan.decode(datagram, now_ms)

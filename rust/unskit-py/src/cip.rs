@@ -15,6 +15,7 @@ use crate::gil::detached;
 use crate::signal::f64_bytes;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    crate::cip_connection::register(m)?;
     m.add_class::<ElementaryType>()?;
     let table = CipType::ALL
         .into_iter()

@@ -5,6 +5,7 @@ use pyo3::types::PyDict;
 
 mod buffers;
 mod cip;
+mod cip_connection;
 mod envelope;
 mod errors;
 mod gil;
