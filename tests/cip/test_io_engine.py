@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.servers import wait_until
 from unskit._core import cip as _cip
 from unskit.cip.frames import RealTimeFormat, build, parse
 from unskit.cip.plan import AssemblyField
@@ -112,14 +113,9 @@ def collect(
 def wait_stats(
     engine: _cip.IoEngine, key: int, done: Callable[[dict[str, Any]], bool], timeout: float = 5.0
 ) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        stats = engine.stats(key)
-        if done(stats):
-            return stats
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out with stats {stats}")
-        engine.poll(0.01)
+    """Stats once `done(stats)` holds (samples stay queued)."""
+    wait_until(lambda: done(engine.stats(key)), timeout, f"stats of {key}: {engine.stats(key)}")
+    return engine.stats(key)
 
 
 def o2t_datagrams(
@@ -306,3 +302,123 @@ def test_bind_conflict_is_an_os_error_and_a_bad_host_a_cip_error() -> None:
         _cip.IoEngine("256.1.1.1", 0)
     with pytest.raises(CipError, match="multicast_interface"):
         _cip.IoEngine("127.0.0.1", 0, multicast_interface="lo")
+
+
+def test_bad_datagrams_are_dropped_and_counted_by_reason(
+    engine: _cip.IoEngine, target: socket.socket
+) -> None:
+    open_connection(engine, target)
+    engine_addr = ("127.0.0.1", engine.port)
+    good = assembly(1, 1.0, 1, False)
+    sends = [
+        t2o(10, good),  # accepted
+        t2o(10, good),  # duplicate
+        t2o(9, good),  # stale
+        t2o(11, good[:-1]),  # wrong_size
+        t2o(11, good)[:20],  # truncated, its id known
+        t2o(1, good, conn=0x7777),  # unknown_connection
+        b"\x03\x00" + t2o(11, good)[2:],  # item_count: no id to tell
+    ]
+    for wire in sends:
+        target.sendto(wire, engine_addr)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as other:
+        other.bind(("127.0.0.2", 0))  # loopback, but not the connection's target
+        other.sendto(t2o(12, good), engine_addr)
+    stats = wait_stats(engine, 1, lambda s: s["datagrams_received"] >= 6)
+    drops = stats["drops"]
+    assert {k: v for k, v in drops.items() if v} == {
+        "duplicate": 1,
+        "stale": 1,
+        "wrong_size": 1,
+        "truncated": 1,
+        "wrong_source": 1,
+    }
+    assert set(drops) == set(_cip.DROP_REASONS)
+    assert stats["last_sequence"] == 10
+    glob = engine.global_stats()
+    assert (glob["datagrams_received"], glob["unknown_connection"]) == (8, 1)
+    assert {k: v for k, v in glob["malformed"].items() if v} == {"item_count": 1}
+    # Only the good datagram published: its four fields, once.
+    assert len(collect(engine, lambda s: len(s) >= 4)) == 4
+    assert engine.poll(0.05).samples == []
+
+
+def test_a_full_queue_drops_samples_and_counts_them(target: socket.socket) -> None:
+    engine = _cip.IoEngine("127.0.0.1", 0, queue_capacity=6)
+    try:
+        open_connection(engine, target)
+        for seq in (1, 2):  # four fields each; the second fills the queue past 6
+            target.sendto(
+                t2o(seq, assembly(seq * 100, seq, seq, seq == 1)), ("127.0.0.1", engine.port)
+            )
+        stats = wait_stats(engine, 1, lambda s: s["datagrams_received"] == 2)
+        assert stats["drops"]["queue_full"] == 2
+        assert engine.global_stats()["queued"] == 6
+        assert len(engine.poll(0, max_samples=5).samples) == 5
+        assert len(engine.poll(0).samples) == 1
+    finally:
+        engine.shutdown()
+
+
+def test_multicast_t2o_on_loopback(target: socket.socket) -> None:
+    group = "239.255.42.99"
+    engine = _cip.IoEngine("0.0.0.0", 0)
+    try:
+        open_connection(engine, target, group=group)
+        open_connection(engine, target, key=2, t2o=T2O + 1, o2t=O2T + 1, group=group)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+            sender.bind(("127.0.0.1", 0))
+            sender.setsockopt(
+                socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1")
+            )
+            sender.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 0)
+            sender.sendto(t2o(1, assembly(42, 0.5, 7, True)), (group, engine.port))
+            samples = collect(engine, lambda s: len(s) >= 4)
+            assert [(k, v) for k, _, v, _, _ in samples] == [(1, 42), (1, 1.0), (1, 7), (1, True)]
+            # The group stays joined while key 2 uses it, and is left with the last user.
+            engine.close(1)
+            sender.sendto(t2o(1, assembly(43, 0.5, 7, True), conn=T2O + 1), (group, engine.port))
+            assert collect(engine, lambda s: len(s) >= 4)[0][2] == 43
+            engine.close(2)
+            open_connection(engine, target, key=3, t2o=T2O + 2, o2t=O2T + 2)
+            sender.sendto(t2o(1, assembly(44, 0.5, 7, True), conn=T2O + 2), (group, engine.port))
+            sender.sendto(
+                t2o(2, assembly(45, 0.5, 7, True), conn=T2O + 2), ("127.0.0.1", engine.port)
+            )
+            got = collect(engine, lambda s: len(s) >= 1)
+            assert got[0][2] == 45, "the group datagram (44) must not arrive after leaving"
+    finally:
+        engine.shutdown()
+
+
+def test_a_flood_from_an_unknown_source_does_not_starve_a_good_connection(
+    engine: _cip.IoEngine, target: socket.socket
+) -> None:
+    open_connection(engine, target, t2o_api_us=10_000, o2t_api_us=10_000, multiplier=10)
+    engine_addr = ("127.0.0.1", engine.port)
+    junk = t2o(1, bytes(SIZE), conn=0xDEAD)
+    flooded = 0
+    seq = 0
+    produced_before = engine.stats(1)["datagrams_produced"]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as flood:
+        flood.bind(("127.0.0.3", 0))
+        deadline = time.monotonic() + 1.0
+        next_good = time.monotonic()
+        while time.monotonic() < deadline:
+            for _ in range(200):
+                flood.sendto(junk, engine_addr)
+            flooded += 200
+            if time.monotonic() >= next_good:
+                seq += 1
+                target.sendto(t2o(seq, assembly(seq, 0.0, 0, False)), engine_addr)
+                next_good += 0.01
+    stats = wait_stats(engine, 1, lambda s: s["last_sequence"] == seq, timeout=5.0)
+    assert stats["state"] == "open"
+    assert stats["watchdog_timeouts"] == 0
+    # Most good datagrams made it (the kernel may drop some when its buffer overflows),
+    # and O-to-T production kept its 10 ms pace through the flood.
+    accepted = stats["datagrams_received"] - sum(stats["drops"].values())
+    assert accepted >= seq * 0.8, (accepted, seq)
+    assert stats["datagrams_produced"] - produced_before >= 70
+    glob = engine.global_stats()
+    assert glob["unknown_connection"] >= flooded * 0.5, (glob, flooded)

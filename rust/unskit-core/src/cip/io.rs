@@ -1024,3 +1024,492 @@ impl Drop for IoEngine {
         self.shutdown();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cip::plan::{FieldSpec, Scalar};
+    use crate::cip::types::CipType;
+    use crate::signal::Deadband;
+    use proptest::prelude::*;
+
+    const T2O: u32 = 0x1000_0001;
+    const TARGET: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
+
+    fn field(name: &str, offset: usize, ty: CipType, deadband: Deadband) -> FieldSpec {
+        FieldSpec {
+            name: name.into(),
+            offset,
+            ty,
+            bit: None,
+            array_count: None,
+            scale: None,
+            value_offset: None,
+            deadband,
+            always: false,
+        }
+    }
+
+    /// DINT "a" at 0, INT "b" at 4 with an absolute deadband of 5; 8 bytes, header32.
+    fn setup(t2o: u32) -> ConnectionSetup {
+        let specs = [
+            field("a", 0, CipType::Dint, Deadband::None),
+            field("b", 4, CipType::Int, Deadband::Absolute(5.0)),
+        ];
+        ConnectionSetup {
+            t2o_connection_id: t2o,
+            o2t_connection_id: t2o + 0x100,
+            target: SocketAddr::new(TARGET.into(), 2222),
+            source: TARGET.into(),
+            t2o_api_us: 10_000,
+            o2t_api_us: 10_000,
+            timeout_multiplier: 4,
+            input: InputPlan::new(100, 8, RealTimeFormat::Header32, 0, &specs).unwrap(),
+            output_format: RealTimeFormat::Header32,
+            output_image: vec![0; 2],
+            run: true,
+            multicast_group: None,
+        }
+    }
+
+    fn data(a: i32, b: i16) -> Vec<u8> {
+        let mut out = a.to_le_bytes().to_vec();
+        out.extend_from_slice(&b.to_le_bytes());
+        out.extend_from_slice(&[0, 0]);
+        out
+    }
+
+    fn dg(conn: u32, seq: u32, data: &[u8], run: bool) -> Vec<u8> {
+        let mut out = Vec::new();
+        frame::build(
+            &mut out,
+            conn,
+            seq,
+            seq as u16,
+            RealTimeFormat::Header32,
+            run,
+            data,
+        )
+        .unwrap();
+        out
+    }
+
+    fn from(ip: [u8; 4]) -> SocketAddr {
+        SocketAddr::new(Ipv4Addr::from(ip).into(), 2222)
+    }
+
+    fn opened(t0: Instant) -> Dispatcher {
+        let mut d = Dispatcher::new(100, t0);
+        d.open(1, setup(T2O), t0).unwrap();
+        d
+    }
+
+    fn drops(d: &Dispatcher, key: u64) -> HashMap<&'static str, u64> {
+        d.stats(key).unwrap().drops.into_iter().collect()
+    }
+
+    #[test]
+    fn good_datagrams_queue_the_fields_due_and_read_is_ungated() {
+        let t0 = Instant::now();
+        let mut d = opened(t0);
+        assert_eq!(d.read(1).unwrap(), None);
+        let out = d.on_datagram(
+            from([127, 0, 0, 1]),
+            &dg(T2O, 1, &data(7, 100), true),
+            t0,
+            42,
+        );
+        assert_eq!(out, Outcome::Accepted { key: 1, samples: 2 });
+        // b moves inside its deadband: only a publishes; the idle bit is carried.
+        let out = d.on_datagram(
+            from([127, 0, 0, 1]),
+            &dg(T2O, 2, &data(8, 103), false),
+            t0,
+            43,
+        );
+        assert_eq!(out, Outcome::Accepted { key: 1, samples: 1 });
+        let (samples, timeouts) = d.drain(10);
+        assert!(timeouts.is_empty());
+        let rows: Vec<_> = samples
+            .iter()
+            .map(|s| (s.key, &*s.signal, s.value.clone(), s.ts_ms, s.run))
+            .collect();
+        let int = |i| Value::Scalar(Scalar::Int(i));
+        assert_eq!(
+            rows,
+            [
+                (1, "a100/0/DINT", int(7), 42, Some(true)),
+                (1, "a100/4/INT", int(100), 42, Some(true)),
+                (1, "a100/0/DINT", int(8), 43, Some(false)),
+            ]
+        );
+        let read = d.read(1).unwrap().unwrap();
+        assert_eq!(read[1], (Arc::from("a100/4/INT"), int(103)));
+        let stats = d.stats(1).unwrap();
+        assert_eq!(
+            (stats.last_sequence, stats.last_cip_sequence, stats.run),
+            (Some(2), Some(2), Some(false))
+        );
+        assert_eq!(stats.datagrams_received, 2);
+        assert_eq!(d.global_stats().datagrams_received, 2);
+    }
+
+    #[test]
+    fn every_drop_reason_is_counted_where_it_belongs() {
+        let t0 = Instant::now();
+        let mut d = opened(t0);
+        let good = dg(T2O, 10, &data(1, 1), true);
+        let me = from([127, 0, 0, 1]);
+        let reason = |d: &mut Dispatcher, src, bytes: &[u8]| match d.on_datagram(src, bytes, t0, 0)
+        {
+            Outcome::Dropped { key: 1, reason } => reason.name(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(reason(&mut d, from([127, 0, 0, 2]), &good), "wrong_source");
+        assert_eq!(reason(&mut d, me, &good[..20]), "truncated");
+        assert_eq!(
+            reason(&mut d, me, &dg(T2O, 11, &[0; 7], true)),
+            "wrong_size"
+        );
+        let mut long = good.clone();
+        long.push(0);
+        assert_eq!(reason(&mut d, me, &long), "trailing_bytes");
+        let mut item = good.clone();
+        item[14] = 0xB2;
+        assert_eq!(reason(&mut d, me, &item), "data_item");
+        let mut short = good.clone();
+        short[16] = 4; // shorter than the sequence count and run/idle header
+        assert_eq!(reason(&mut d, me, &short[..22]), "data_length");
+        assert!(matches!(
+            d.on_datagram(me, &good, t0, 0),
+            Outcome::Accepted { .. }
+        ));
+        assert_eq!(reason(&mut d, me, &good), "duplicate");
+        assert_eq!(reason(&mut d, me, &dg(T2O, 9, &data(1, 1), true)), "stale");
+        let counts = drops(&d, 1);
+        for name in [
+            "wrong_source",
+            "truncated",
+            "wrong_size",
+            "trailing_bytes",
+            "data_item",
+            "data_length",
+            "duplicate",
+            "stale",
+        ] {
+            assert_eq!(counts[name], 1, "{name}");
+        }
+        assert_eq!(d.stats(1).unwrap().datagrams_received, 9);
+        // Datagrams whose connection cannot be told count globally.
+        assert_eq!(
+            d.on_datagram(me, &dg(T2O + 1, 1, &data(0, 0), true), t0, 0),
+            Outcome::UnknownConnection
+        );
+        let mut count = good.clone();
+        count[0] = 3;
+        assert_eq!(
+            d.on_datagram(me, &count, t0, 0),
+            Outcome::Malformed(Reason::ItemCount)
+        );
+        let mut addr = good.clone();
+        addr[2] = 0;
+        assert_eq!(
+            d.on_datagram(me, &addr, t0, 0),
+            Outcome::Malformed(Reason::AddressItem)
+        );
+        let mut len = good.clone();
+        len[4] = 4;
+        assert_eq!(
+            d.on_datagram(me, &len, t0, 0),
+            Outcome::Malformed(Reason::AddressLength)
+        );
+        assert_eq!(
+            d.on_datagram(me, &good[..9], t0, 0),
+            Outcome::Malformed(Reason::Truncated)
+        );
+        assert_eq!(
+            d.on_datagram(me, &[], t0, 0),
+            Outcome::Malformed(Reason::Truncated)
+        );
+        let global = d.global_stats();
+        assert_eq!(global.unknown_connection, 1);
+        let malformed: HashMap<_, _> = global.malformed.into_iter().collect();
+        assert_eq!(
+            (
+                malformed["item_count"],
+                malformed["address_item"],
+                malformed["address_length"],
+                malformed["truncated"]
+            ),
+            (1, 1, 1, 2)
+        );
+        assert_eq!(global.datagrams_received, 15);
+        assert_eq!(d.stats(1).unwrap().last_sequence, Some(10));
+    }
+
+    #[test]
+    fn sequence_numbers_use_serial_arithmetic_across_the_wrap() {
+        let t0 = Instant::now();
+        let mut d = opened(t0);
+        let me = from([127, 0, 0, 1]);
+        let mut at =
+            |seq: u32| match d.on_datagram(me, &dg(T2O, seq, &data(seq as i32, 0), true), t0, 0) {
+                Outcome::Accepted { .. } => "ok",
+                Outcome::Dropped { reason, .. } => reason.name(),
+                other => panic!("{other:?}"),
+            };
+        assert_eq!(at(0xFFFF_FFFE), "ok");
+        assert_eq!(at(0xFFFF_FFFF), "ok");
+        assert_eq!(at(0), "ok");
+        assert_eq!(at(0xFFFF_FFFF), "stale");
+        assert_eq!(at(0), "duplicate");
+        assert_eq!(at(5), "ok"); // a gap is fine
+        assert_eq!(at(5 + 0x8000_0000), "stale"); // half the space away is not newer
+        assert_eq!(at(5 + 0x7FFF_FFFF), "ok");
+    }
+
+    #[test]
+    fn a_full_queue_drops_samples_and_counts_them() {
+        let t0 = Instant::now();
+        let mut d = Dispatcher::new(3, t0);
+        d.open(1, setup(T2O), t0).unwrap();
+        let me = from([127, 0, 0, 1]);
+        d.on_datagram(me, &dg(T2O, 1, &data(1, 0), true), t0, 0);
+        let out = d.on_datagram(me, &dg(T2O, 2, &data(2, 100), true), t0, 0);
+        assert_eq!(out, Outcome::Accepted { key: 1, samples: 1 });
+        assert_eq!(drops(&d, 1)["queue_full"], 1);
+        assert_eq!(d.global_stats().queued, 3);
+        assert_eq!(d.drain(2).0.len(), 2);
+        assert_eq!(d.drain(10).0.len(), 1);
+        assert_eq!(d.queued(), 0);
+    }
+
+    #[test]
+    fn the_watchdog_runs_from_open_and_from_each_good_datagram() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut d = opened(t0); // 4 x 10 ms
+        let mut out = Vec::new();
+        d.on_time(t0 + ms(39), &mut out);
+        assert_eq!(d.stats(1).unwrap().state, ConnectionState::Open);
+        d.on_datagram(
+            from([127, 0, 0, 1]),
+            &dg(T2O, 1, &data(0, 0), true),
+            t0 + ms(30),
+            0,
+        );
+        d.on_time(t0 + ms(69), &mut out);
+        assert!(!d.has_timeouts());
+        out.clear();
+        d.on_time(t0 + ms(70), &mut out);
+        assert!(out.is_empty(), "no production once timed out");
+        let stats = d.stats(1).unwrap();
+        assert_eq!(
+            (stats.state, stats.watchdog_timeouts),
+            (ConnectionState::TimedOut, 1)
+        );
+        assert_eq!(d.drain(10).1, [1]);
+        assert_eq!(d.earliest(), None);
+        d.on_time(t0 + ms(500), &mut out);
+        assert!(out.is_empty() && !d.has_timeouts(), "expires once");
+        let late = d.on_datagram(
+            from([127, 0, 0, 1]),
+            &dg(T2O, 2, &data(0, 0), true),
+            t0 + ms(501),
+            0,
+        );
+        assert_eq!(
+            late,
+            Outcome::Dropped {
+                key: 1,
+                reason: DropReason::TimedOut
+            }
+        );
+        // A timeout event not yet taken is forgotten with its connection.
+        let mut e = opened(t0);
+        e.on_time(t0 + ms(40), &mut out);
+        assert!(e.has_timeouts());
+        e.close(1).unwrap();
+        assert!(!e.has_timeouts());
+        e.open(1, setup(T2O), t0 + ms(41)).unwrap();
+        assert_eq!(e.stats(1).unwrap().state, ConnectionState::Open);
+    }
+
+    #[test]
+    fn production_keeps_absolute_deadlines_and_skips_missed_periods() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = setup(T2O);
+        s.timeout_multiplier = 1000;
+        let mut d = Dispatcher::new(10, t0);
+        d.open(7, s, t0).unwrap();
+        let mut out = Vec::new();
+        let mut produce = |d: &mut Dispatcher, at: Duration| {
+            out.clear();
+            d.on_time(t0 + at, &mut out);
+            out.iter()
+                .map(|o| {
+                    let p = frame::parse_datagram(&o.bytes, RealTimeFormat::Header32, 2).unwrap();
+                    assert_eq!(
+                        (o.key, o.target, p.connection_id),
+                        (7, SocketAddr::new(TARGET.into(), 2222), T2O + 0x100)
+                    );
+                    (
+                        o.deadline - t0,
+                        p.sequence_number,
+                        p.cip_sequence,
+                        p.run(),
+                        p.data.to_vec(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(produce(&mut d, ms(0)), [(ms(0), 1, 1, true, vec![0, 0])]);
+        assert_eq!(d.earliest(), Some(t0 + ms(10)));
+        assert_eq!(produce(&mut d, ms(5)), []);
+        assert_eq!(
+            produce(&mut d, Duration::from_micros(10_500)),
+            [(ms(10), 2, 1, true, vec![0, 0])]
+        );
+        d.set_output(7, vec![1, 2], None).unwrap();
+        d.set_output(7, vec![1, 2], Some(true)).unwrap(); // no change
+                                                          // 35 ms late: one datagram for the 20 ms deadline, then on to 60 ms.
+        assert_eq!(produce(&mut d, ms(55)), [(ms(20), 3, 2, true, vec![1, 2])]);
+        assert_eq!(d.earliest(), Some(t0 + ms(60)));
+        assert_eq!(produce(&mut d, ms(59)), []);
+        d.set_output(7, vec![1, 2], Some(false)).unwrap();
+        assert_eq!(produce(&mut d, ms(60)), [(ms(60), 4, 3, false, vec![1, 2])]);
+        assert!(d
+            .set_output(7, vec![1], None)
+            .unwrap_err()
+            .to_string()
+            .contains("2 bytes, got 1"));
+        d.sent(
+            7,
+            t0 + ms(60),
+            t0 + ms(60) + Duration::from_micros(250),
+            true,
+        );
+        d.sent(
+            7,
+            t0 + ms(70),
+            t0 + ms(70) + Duration::from_micros(50),
+            false,
+        );
+        d.sent(7, t0 + ms(80), t0 + ms(80), true);
+        let stats = d.stats(7).unwrap();
+        assert_eq!(
+            (
+                stats.lateness_p50_us,
+                stats.lateness_p99_us,
+                stats.lateness_max_us
+            ),
+            (Some(50), Some(50), Some(250))
+        );
+        assert_eq!(
+            (
+                stats.datagrams_produced,
+                stats.send_errors,
+                stats.o2t_sequence
+            ),
+            (4, 1, 4)
+        );
+    }
+
+    #[test]
+    fn opening_checks_its_setup_and_counts_multicast_users() {
+        let t0 = Instant::now();
+        let mut d = opened(t0);
+        let err = |d: &mut Dispatcher, key, s| d.open(key, s, t0).unwrap_err().to_string();
+        assert!(err(&mut d, 1, setup(T2O + 5)).contains("already open"));
+        assert!(err(&mut d, 2, setup(T2O)).contains("already used by connection 1"));
+        let mut s = setup(T2O + 5);
+        s.o2t_api_us = 0;
+        assert!(err(&mut d, 2, s).contains("APIs"));
+        let mut s = setup(T2O + 5);
+        s.timeout_multiplier = 0;
+        assert!(err(&mut d, 2, s).contains("timeout_multiplier"));
+        let mut s = setup(T2O + 5);
+        s.multicast_group = Some(Ipv4Addr::new(10, 0, 0, 1));
+        assert!(err(&mut d, 2, s).contains("not a multicast group"));
+        let mut s = setup(T2O + 5);
+        s.output_format = RealTimeFormat::Heartbeat;
+        assert!(err(&mut d, 2, s).contains("heartbeat"));
+        let group = Ipv4Addr::new(239, 192, 1, 1);
+        for (key, t2o) in [(2, T2O + 2), (3, T2O + 3)] {
+            let mut s = setup(t2o);
+            s.multicast_group = Some(group);
+            d.open(key, s, t0).unwrap();
+        }
+        assert_eq!(d.group_users(group), 2);
+        assert_eq!(d.close(2).unwrap(), None);
+        assert_eq!(d.close(3).unwrap(), Some(group));
+        assert_eq!(d.group_users(group), 0);
+        assert!(d.close(3).is_err());
+        assert!(d.stats(3).is_err() && d.read(3).is_err());
+        // A closed connection's id is free again and unknown meanwhile.
+        assert_eq!(
+            d.on_datagram(
+                from([127, 0, 0, 1]),
+                &dg(T2O + 3, 1, &data(0, 0), true),
+                t0,
+                0
+            ),
+            Outcome::UnknownConnection
+        );
+    }
+
+    #[test]
+    fn drop_reasons_start_with_the_frame_reasons() {
+        for (i, r) in Reason::ALL.iter().enumerate() {
+            assert_eq!(DROP_REASONS[i], r.name());
+            assert_eq!(DropReason::Frame(*r).name(), r.name());
+        }
+        for r in [
+            DropReason::Duplicate,
+            DropReason::Stale,
+            DropReason::WrongSource,
+            DropReason::QueueFull,
+            DropReason::TimedOut,
+        ] {
+            assert_eq!(DROP_REASONS.iter().filter(|n| **n == r.name()).count(), 1);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn on_datagram_never_panics_and_every_datagram_is_counted_once(
+            frames in proptest::collection::vec(
+                (proptest::collection::vec(any::<u8>(), 0..64), 0u32..4, any::<bool>(), any::<u32>(), any::<u64>()),
+                1..40,
+            ),
+        ) {
+            let t0 = Instant::now();
+            let mut d = Dispatcher::new(16, t0);
+            d.open(1, setup(T2O), t0).unwrap();
+            d.open(2, setup(T2O + 1), t0).unwrap();
+            let mut out = Vec::new();
+            for (i, (bytes, conn, well_formed, seq, ms)) in frames.iter().enumerate() {
+                let now = t0 + Duration::from_millis(*ms % 100_000);
+                let wire = if *well_formed {
+                    // A real frame of an open or unknown connection, data of any size.
+                    dg(T2O + conn, *seq, bytes, *seq % 2 == 0)
+                } else {
+                    bytes.clone()
+                };
+                let src = from([127, 0, 0, 1 + (*seq % 2) as u8]);
+                let _ = d.on_datagram(src, &wire, now, *ms);
+                if i % 5 == 0 {
+                    d.on_time(now, &mut out);
+                    let _ = d.drain(3);
+                }
+            }
+            let g = d.global_stats();
+            let per: u64 = [1, 2].iter().map(|k| d.stats(*k).unwrap().datagrams_received).sum();
+            let malformed: u64 = g.malformed.iter().map(|(_, n)| n).sum();
+            prop_assert_eq!(g.datagrams_received, frames.len() as u64);
+            prop_assert_eq!(g.datagrams_received, per + malformed + g.unknown_connection);
+            prop_assert!(g.queued <= 16);
+        }
+    }
+}
