@@ -6,6 +6,7 @@ use pyo3::types::PyDict;
 mod buffers;
 mod cip;
 mod cip_connection;
+mod cip_io;
 mod envelope;
 mod errors;
 mod gil;
