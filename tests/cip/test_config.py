@@ -264,13 +264,22 @@ def test_a_valid_push_instance_parses_with_its_io_and_socket_settings() -> None:
         config(
             poll_instance("good"),
             push_instance(),
-            **{"global": {"implicitIo": {"udpPort": 0, "bindAddress": "127.0.0.1"}}},
+            **{
+                "global": {
+                    "implicitIo": {
+                        "udpPort": 0,
+                        "bindAddress": "127.0.0.1",
+                        "multicastInterface": "127.0.0.1",
+                    }
+                }
+            },
         )
     )
     assert candidate.skipped == []
     push = next(spec for spec in candidate.specs if spec.id == "io-1")
     settings = push_settings(push)
     assert (settings.udp_port, settings.bind_address) == (0, "127.0.0.1")
+    assert settings.multicast_interface == "127.0.0.1"
     assert settings.io["assemblies"] == {"input": 100, "output": 150}
     assert (settings.publish_mode, settings.batch_ms) == ("onChange", 0)
     assert push.poll_groups == []

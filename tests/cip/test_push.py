@@ -19,7 +19,8 @@ from unskit.errors import CommandError
 
 pytestmark = pytest.mark.integration
 
-LOOPBACK_IO = {"udpPort": 0, "bindAddress": "127.0.0.1"}
+#: An ephemeral class-1 port (target and originator share this host); multicast on lo.
+LOOPBACK_IO = {"udpPort": 0, "multicastInterface": "127.0.0.1"}
 INPUT, OUTPUT, CONFIG = 100, 150, 1
 
 INPUT_FIELDS = [
@@ -119,7 +120,8 @@ def test_values_scaling_deadband_and_bits_are_published(start_cip, target) -> No
 
 def test_sample_ms_is_a_publication_floor(start_cip, target) -> None:
     target.animate(INPUT, period_ms=10)
-    entry = push_instance(target, defaults={"publishMode": "always"})
+    entry = push_instance(target)
+    entry["defaults"] = {"publishMode": "always"}
     entry["io"]["input"] = {
         "sizeBytes": 16,
         "sampleMs": 500,
@@ -140,9 +142,7 @@ def test_writes_reach_the_target_in_one_image_and_run_idle_switches(start_cip, t
     wait_until(lambda: target.run_bit(OUTPUT) is True, 10, "run")
     write(adapter, "a150/0/INT", 21.0, "w1")
     write(adapter, "a150/2/UINT", 513, "w2")
-    wait_until(
-        lambda: target.output(OUTPUT) == struct.pack("<hH", 42, 513), 10, "the output image"
-    )
+    wait_until(lambda: target.output(OUTPUT) == struct.pack("<hH", 42, 513), 10, "the output image")
     write(adapter, "a150/run", False, "w3")
     wait_until(lambda: target.run_bit(OUTPUT) is False, 10, "idle")
     read = adapter.client.call(
@@ -184,9 +184,7 @@ def test_the_watchdog_closes_raises_the_alarm_and_reopens(start_cip, target) -> 
 def test_a_refused_forward_open_is_named(start_cip, setup, io, status_text) -> None:
     with CipTargetSim(assemblies=assemblies(), **setup) as sim:
         adapter = start(start_cip, push_instance(sim, **io))
-        wait_until(
-            lambda: status_text in (status(adapter)["lastError"] or ""), 15, "the refusal"
-        )
+        wait_until(lambda: status_text in (status(adapter)["lastError"] or ""), 15, "the refusal")
         device = status(adapter)["device"]
         assert status_text in device["lastForwardOpenError"]
         assert not status(adapter)["connected"]
@@ -209,9 +207,7 @@ def test_pause_closes_the_connection_and_resume_reopens_it(start_cip, target) ->
     adapter.client.call("pause", instance="io-1")
     wait_until(lambda: target.connections()[-1].state == "closed", 10, "a Forward Close")
     adapter.client.call("resume", instance="io-1")
-    wait_until(
-        lambda: [c.state for c in target.connections()].count("open") == 1, 10, "re-opened"
-    )
+    wait_until(lambda: [c.state for c in target.connections()].count("open") == 1, 10, "re-opened")
     target.set_input(INPUT, image(5))
     wait_until(lambda: 5 in values(adapter, "count"), 10, "values again")
 

@@ -227,13 +227,13 @@ class IoEngine:
     plan's gate lets through.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         bind_host: str = "0.0.0.0",
         port: int = 2222,
-        queue_capacity: int = 100_000,
+        queue_capacity: int = ...,
         multicast_interface: str = "127.0.0.1",
-    ) -> None: ...
+    ) -> IoEngine: ...
     @property
     def port(self) -> int: ...
     def open(

@@ -53,3 +53,8 @@ class EthernetIpAdapter(SouthboundComponent):
     def parse(self, config: ComponentConfig) -> Candidate:
         """Valid instances with precedence resolved; malformed ones skipped with their path."""
         return parse_component(config)
+
+    def drain(self) -> None:
+        """Stops every instance, then closes the class-1 sockets they shared."""
+        super().drain()
+        self._io_hubs.close()

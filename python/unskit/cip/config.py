@@ -53,6 +53,8 @@ _MAX_PORT = 65534
 #: The class-1 UDP socket of the component (global.implicitIo): port and bind address.
 IMPLICIT_IO_PORT = 2222
 IMPLICIT_IO_BIND = "0.0.0.0"
+#: Where multicast T-to-O groups are joined: 0.0.0.0 lets the kernel pick by route.
+IMPLICIT_IO_MULTICAST_INTERFACE = "0.0.0.0"
 
 #: Built-in values, the last step of the precedence signal > group > device > global.
 BUILTIN_POLL_INTERVAL_MS = 5000
@@ -103,6 +105,7 @@ class PushSettings:
     batch_ms: int
     udp_port: int
     bind_address: str
+    multicast_interface: str
 
 
 def parse_component(config: ComponentConfig) -> Candidate:
@@ -344,6 +347,9 @@ def _instance(
             batch_ms=resolved("batchMs", BUILTIN_BATCH_MS),
             udp_port=implicit_io.get("udpPort", IMPLICIT_IO_PORT),
             bind_address=implicit_io.get("bindAddress", IMPLICIT_IO_BIND),
+            multicast_interface=implicit_io.get(
+                "multicastInterface", IMPLICIT_IO_MULTICAST_INTERFACE
+            ),
         )
     return InstanceSpec(
         id=entry["id"],

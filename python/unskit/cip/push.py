@@ -10,6 +10,7 @@ from one routing thread per socket (`IoHub`), and hands them to each connection'
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -31,6 +32,7 @@ from unskit.cip.config import (
 from unskit.cip.frames import RealTimeFormat, build
 from unskit.cip.plan import AssemblyField, InputPlan, OutputPlan
 from unskit.cip.session import ImplicitSession, OpenedConnection, OpenRequest
+from unskit.errors import CipError
 from unskit.southbound.driver import (
     DeviceError,
     InstanceSpec,
@@ -58,10 +60,10 @@ SampleHandler = Callable[[list[tuple[str, Any, int]]], None]
 class IoHub:
     """One class-1 UDP socket: the Rust `IoEngine` and the thread that routes its batches."""
 
-    def __init__(self, bind_address: str, port: int) -> None:
+    def __init__(self, bind_address: str, port: int, multicast_interface: str) -> None:
         self.address = (bind_address, port)
         self.engine = _cip.IoEngine(
-            bind_host=bind_address, port=port, multicast_interface=bind_address
+            bind_host=bind_address, port=port, multicast_interface=multicast_interface
         )
         self._keys = itertools.count(1)
         self._lock = threading.Lock()
@@ -86,12 +88,13 @@ class IoHub:
     def detach(self, key: int) -> None:
         with self._lock:
             self._routes.pop(key, None)
-        self.engine.close(key)
+        with contextlib.suppress(CipError):  # never opened (open failed) or already closed
+            self.engine.close(key)
 
     def close(self) -> None:
         self._stop.set()
+        self.engine.shutdown()  # wakes the routing thread's poll
         self._thread.join(timeout=5)
-        self.engine.shutdown()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -117,36 +120,38 @@ class IoHub:
 
 
 class IoHubs:
-    """A component's hubs by (bind address, port), shared by its push instances and closed
-    when the last one detaches."""
+    """A component's hubs by (bind address, port), shared by its push instances. A hub
+    outlives reconnects; an idle one is closed when another address is asked for (a reload
+    that moved the socket) and every one when the component stops."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._hubs: dict[tuple[str, int], tuple[IoHub, int]] = {}
 
-    def acquire(self, bind_address: str, port: int) -> IoHub:
+    def acquire(self, bind_address: str, port: int, multicast_interface: str) -> IoHub:
+        address = (bind_address, port)
         with self._lock:
-            hub, users = self._hubs.get((bind_address, port), (None, 0))
-            if hub is None:
+            idle = [h for a, (h, users) in self._hubs.items() if users == 0 and a != address]
+            for hub in idle:
+                del self._hubs[hub.address]
+            current, users = self._hubs.get(address, (None, 0))
+            if current is None:
                 try:
-                    hub = IoHub(bind_address, port)
+                    current = IoHub(bind_address, port, multicast_interface)
                 except OSError as error:
                     raise DeviceError(
                         f"class-1 UDP socket {bind_address}:{port}: {error}"
                     ) from error
-            self._hubs[(bind_address, port)] = (hub, users + 1)
-            return hub
+            self._hubs[address] = (current, users + 1)
+        for hub in idle:
+            hub.close()
+        return current
 
     def release(self, hub: IoHub) -> None:
         with self._lock:
             current, users = self._hubs.get(hub.address, (None, 0))
-            if current is not hub:
-                return
-            if users > 1:
-                self._hubs[hub.address] = (hub, users - 1)
-                return
-            del self._hubs[hub.address]
-        hub.close()
+            if current is hub:
+                self._hubs[hub.address] = (hub, max(0, users - 1))
 
     def close(self) -> None:
         with self._lock:
@@ -205,6 +210,9 @@ class CipPushDriver:
         self._last_open_error = ""
         self._received_before = 0
         self._lock = threading.Lock()
+        #: Set by the first samples of a connection, or by its watchdog (`_first_failed`).
+        self._first = threading.Event()
+        self._first_failed = False
 
     # -- configuration views -----------------------------------------------------------------
 
@@ -281,7 +289,10 @@ class CipPushDriver:
     def connect(self, deadline_s: float) -> None:
         """Registers a session and opens the class-1 connection (Forward Open)."""
         if self._hub is None:
-            self._hub = self._hubs.acquire(self.settings.bind_address, self.settings.udp_port)
+            settings = self.settings
+            self._hub = self._hubs.acquire(
+                settings.bind_address, settings.udp_port, settings.multicast_interface
+            )
         self._session.connect(time.monotonic() + deadline_s)
         if not self._held:
             self._open()
@@ -308,6 +319,8 @@ class CipPushDriver:
         assert hub is not None
         assert opened is not None
         key = hub.new_key()
+        self._first.clear()
+        self._first_failed = False
         hub.attach(key, self._on_samples, self._on_timeout)
         plan = InputPlan(
             self._assemblies["input"],
@@ -339,6 +352,14 @@ class CipPushDriver:
         with self._lock:
             self._key = key
         self._received_before = 0
+        # Connected means data flows: wait for the first T-to-O datagram (or the watchdog).
+        budget = self.spec.timing.connect_ms / 1000 + self._watchdog_ms() / 1000
+        if not self._first.wait(budget) or self._first_failed:
+            self._stop_io()
+            raise DeviceError(
+                f"no T-to-O datagram within {self._watchdog_ms()} ms of the Forward Open",
+                connection_lost=True,
+            )
 
     def _stop_io(self) -> None:
         with self._lock:
@@ -347,6 +368,7 @@ class CipPushDriver:
             self._hub.detach(key)
 
     def _on_samples(self, samples: list[tuple[str, Any, int]]) -> None:
+        self._first.set()
         sink = self._sink
         if sink is not None:
             sink.deliver(
@@ -357,20 +379,23 @@ class CipPushDriver:
             )
 
     def _on_timeout(self) -> None:
-        sink = self._sink
-        if sink is None:
+        if not self._first.is_set():
+            self._first_failed = True
+            self._first.set()
             return
-        opened = self._opened
-        watchdog = 0 if opened is None else opened.t2o_api_us * self._multiplier() // 1000
-        sink.lost(
-            DeviceError(
-                f"class-1 watchdog expired: no T-to-O datagram for {watchdog} ms",
-                connection_lost=True,
+        sink = self._sink
+        if sink is not None:
+            sink.lost(
+                DeviceError(
+                    f"class-1 watchdog expired: no T-to-O datagram for {self._watchdog_ms()} ms",
+                    connection_lost=True,
+                )
             )
-        )
 
-    def _multiplier(self) -> int:
-        return int(self.settings.io.get("timeoutMultiplier", 16))
+    def _watchdog_ms(self) -> int:
+        opened = self._opened
+        multiplier = int(self.settings.io.get("timeoutMultiplier", 16))
+        return 0 if opened is None else opened.t2o_api_us * multiplier // 1000
 
     def maintain(self) -> float | None:
         """Session liveness, and the input signals' staleness refreshed while datagrams

@@ -5,6 +5,7 @@ only ever called from this thread."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -313,7 +314,7 @@ class InstanceRunner:
             if self._paused != held:
                 paused = self._paused
                 try:
-                    self._guard(lambda: driver.hold(paused))
+                    self._guard(functools.partial(driver.hold, paused))
                 except DeviceError:
                     continue
                 held = paused
