@@ -424,3 +424,13 @@ def test_a_flood_from_an_unknown_source_does_not_starve_a_good_connection(
     assert stats["datagrams_produced"] - produced_before >= 70
     glob = engine.global_stats()
     assert glob["unknown_connection"] >= flooded * 0.5, (glob, flooded)
+
+
+def test_a_second_engine_cannot_share_the_port() -> None:
+    first = _cip.IoEngine(bind_host="127.0.0.1", port=0)
+    try:
+        with pytest.raises(OSError) as refused:
+            _cip.IoEngine(bind_host="127.0.0.1", port=first.port)
+        assert refused.value.errno == errno.EADDRINUSE
+    finally:
+        first.shutdown()

@@ -854,14 +854,13 @@ pub struct IoEngine {
 }
 
 impl IoEngine {
-    /// Binds the socket (SO_REUSEADDR, SO_RCVBUF 4 MiB asked) and starts the thread.
+    /// Binds the socket (SO_RCVBUF 4 MiB asked; exclusive) and starts the thread.
     pub fn bind(addr: SocketAddr, options: EngineOptions) -> Result<IoEngine, CoreError> {
         let fail = |what: &str, e: io::Error| CoreError::io(format!("{what} {addr}"), &e);
         let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
             .map_err(|e| fail("socket for", e))?;
-        socket
-            .set_reuse_address(true)
-            .map_err(|e| fail("SO_REUSEADDR on", e))?;
+        // No SO_REUSEADDR: two UDP sockets sharing port 2222 would split the T-to-O
+        // stream between them silently; a second engine on the port must fail to bind.
         // The kernel grants what net.core.rmem_max allows; less is not an error.
         let _ = socket.set_recv_buffer_size(RECV_BUFFER_BYTES);
         if addr.is_ipv4() {
