@@ -429,7 +429,7 @@ def test_a_flood_from_an_unknown_source_does_not_starve_a_good_connection(
 def test_a_second_engine_cannot_share_the_port() -> None:
     first = _cip.IoEngine(bind_host="127.0.0.1", port=0)
     try:
-        with pytest.raises(OSError) as refused:
+        with pytest.raises(OSError, match="bind") as refused:
             _cip.IoEngine(bind_host="127.0.0.1", port=first.port)
         assert refused.value.errno == errno.EADDRINUSE
     finally:

@@ -111,6 +111,10 @@ def test_values_scaling_deadband_and_bits_are_published(start_cip, target) -> No
     wait_until(lambda: values(adapter, "count") == [7, 8, 9], 10, "the next change")
     assert values(adapter, "level") == [5.0, 6.5], "5.5 is inside the deadband of 1.0"
     assert values(adapter, "temp") == [pytest.approx(15.0)], "unchanged: not republished"
+    received = adapter.runtime.metrics.counter(
+        "CipImplicitIo", "datagramsReceived", {"instance": "io-1"}
+    )
+    wait_until(lambda: received.total > 0, 10, "the datagram metric")
     device = status(adapter)["device"]
     assert device["mode"] == "push"
     assert device["t2oApiUs"] == 10_000

@@ -47,7 +47,8 @@ class EthernetIpAdapter(SouthboundComponent):
 
     def _ethernet_ip(self, spec: InstanceSpec) -> DeviceDriver:
         if _is_push(spec):
-            return CipPushDriver(spec, self._io_hubs)
+            metrics = None if self._runtime is None else self._runtime.metrics
+            return CipPushDriver(spec, self._io_hubs, metrics)
         return _poll_driver(spec)
 
     def parse(self, config: ComponentConfig) -> Candidate:

@@ -33,6 +33,7 @@ from unskit.cip.frames import RealTimeFormat, build
 from unskit.cip.plan import AssemblyField, InputPlan, OutputPlan
 from unskit.cip.session import ImplicitSession, OpenedConnection, OpenRequest
 from unskit.errors import CipError
+from unskit.runtime.metrics import MetricsRegistry
 from unskit.southbound.driver import (
     DeviceError,
     InstanceSpec,
@@ -167,8 +168,13 @@ def _fields(block: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
 class CipPushDriver:
     """A `PushDriver` for one push instance: one class-1 connection to one target."""
 
-    def __init__(self, spec: InstanceSpec, hubs: IoHubs) -> None:
+    def __init__(
+        self, spec: InstanceSpec, hubs: IoHubs, metrics: MetricsRegistry | None = None
+    ) -> None:
         self.spec = spec
+        self._metrics = metrics
+        #: Engine totals already added to the metrics, per counter name.
+        self._counted: dict[str, int] = {}
         self.settings: PushSettings = push_settings(spec)
         self.connection: CipConnection = cip_connection(spec)
         self._hubs = hubs
@@ -303,6 +309,7 @@ class CipPushDriver:
         try:
             self._opened = self._session.forward_open(request, _connection_id())
         except DeviceError as error:
+            self._count("forwardOpenFailures", 1)
             self._last_open_error = error.code or str(error)
             _log.warning("instance %s: %s", self.spec.id, error)
             raise
@@ -352,6 +359,7 @@ class CipPushDriver:
         with self._lock:
             self._key = key
         self._received_before = 0
+        self._counted = {}
         # Connected means data flows: wait for the first T-to-O datagram (or the watchdog).
         budget = self.spec.timing.connect_ms / 1000 + self._watchdog_ms() / 1000
         if not self._first.wait(budget) or self._first_failed:
@@ -365,6 +373,7 @@ class CipPushDriver:
         with self._lock:
             key, self._key = self._key, None
         if key is not None and self._hub is not None:
+            self._count_io(self._hub, key)
             self._hub.detach(key)
 
     def _on_samples(self, samples: list[tuple[str, Any, int]]) -> None:
@@ -383,6 +392,7 @@ class CipPushDriver:
             self._first_failed = True
             self._first.set()
             return
+        self._count("watchdogTimeouts", 1)
         sink = self._sink
         if sink is not None:
             sink.lost(
@@ -404,11 +414,33 @@ class CipPushDriver:
             raise DeviceError("the target closed the EtherNet/IP session", connection_lost=True)
         key, hub, sink = self._key, self._hub, self._sink
         if key is not None and hub is not None and sink is not None:
-            received = int(hub.engine.stats(key)["datagrams_received"])
+            received = self._count_io(hub, key)
             if received > self._received_before:
                 sink.alive([spec.id for spec in self._inputs])
             self._received_before = received
         return _MAINTAIN_S
+
+    def _count_io(self, hub: IoHub, key: int) -> int:
+        """Adds the engine's new datagram counts to the metrics; returns the good ones."""
+        try:
+            stats = hub.engine.stats(key)
+        except CipError:
+            return self._received_before
+        dropped = sum(int(n) for reason, n in stats["drops"].items() if reason != "queue_full")
+        totals = {
+            "datagramsReceived": int(stats["datagrams_received"]) - dropped,
+            "datagramsProduced": int(stats["datagrams_produced"]),
+            "datagramsDropped": dropped,
+        }
+        for name, total in totals.items():
+            self._count(name, total - self._counted.get(name, 0))
+            self._counted[name] = total
+        return totals["datagramsReceived"]
+
+    def _count(self, name: str, amount: int) -> None:
+        if self._metrics is not None and amount > 0:
+            dimensions = {"instance": self.spec.id}
+            self._metrics.counter("CipImplicitIo", name, dimensions).inc(amount)
 
     def hold(self, paused: bool) -> None:
         """Pause closes the class-1 connection (Forward Close); resume opens it again."""
