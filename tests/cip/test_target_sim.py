@@ -776,3 +776,112 @@ def test_assembly_spec_and_set_input_checks(sim: CipTargetSim) -> None:
         sim.set_input(INPUT, b"\x00")
     with pytest.raises(CipError, match="no assembly 7"):
         sim.output(7)
+
+
+# -- more for the independent decoder, and hostile input -------------------------------------
+
+
+def test_tshark_reads_large_forward_open_refusal_and_multicast_replies(tmp_path: Path) -> None:
+    assemblies = {
+        INPUT: AssemblySpec(600),
+        OUTPUT: AssemblySpec(600),
+        CONFIG: AssemblySpec(0),
+        101: AssemblySpec(4),
+        199: AssemblySpec(0),
+    }
+    with CipTargetSim(tcp_port=44818, assemblies=assemblies) as sim:  # see the test above
+        bpf = f"tcp port {sim.tcp_port} or udp port {sim.udp_port}"
+        with (
+            LoopbackCapture(tmp_path / "sim.pcapng", bpf) as capture,
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp,
+        ):
+            udp.bind(("127.0.0.1", 0))
+            udp.settimeout(5)
+            port = udp.getsockname()[1]
+            session = RawSession(sim.tcp_port)
+            try:
+                large_ids = _open(session, udp, large=True, o2t_size=606, t2o_size=602)
+                refused, _kinds = session.cip(forward_open(serial=2, o2t_size=8, t2o_size=9))
+                multicast = forward_open(serial=3, o2t_size=2, t2o_size=6, multicast=True)
+                multicast = multicast.replace(bytes([0x2C, OUTPUT]), bytes([0x2C, 199]))
+                multicast = multicast.replace(bytes([0x2C, INPUT]), bytes([0x2C, 101]))
+                accepted, kinds = session.cip(multicast, _sockaddr(port))
+            finally:
+                session.close()
+            assert refused[2] == 0x01
+            assert accepted[2] == 0
+            assert kinds == [0, 0xB2, 0x8000, 0x8001]
+            sim.wait_for(lambda s: s.connections()[0].produced >= 3)
+    decode = [f"udp.port=={sim.udp_port},cipio"]
+    problems = capture.read(
+        ["frame.number", "_ws.expert.message"],
+        decode_as=decode,
+        display_filter="_ws.malformed || _ws.expert.severity >= warning",
+    )
+    assert problems == []
+    replies = capture.read(
+        [
+            "cip.cm.sc", "cip.genstat", "cip.cm.ext_status", "cip.cm.addstat",
+            "cip.cm.ot_connid", "cip.cm.to_connid", "cip.cm.remain_path_size",
+            "cip.cm.otapi", "cip.cm.toapi", "enip.sinaddr", "enip.sinport",
+        ],
+        decode_as=decode,
+        display_filter="cip.cm.sc && enip.cpf.typeid == 0xb2 && cip.genstat",
+    )  # fmt: skip
+    assert [r["cip.cm.sc"] for r in replies] == [["0x5b"], ["0x54"], ["0x54"]]
+    large, refusal, group = replies
+    assert [int(v, 0) for v in large["cip.cm.ot_connid"] + large["cip.cm.to_connid"]] == list(
+        large_ids
+    )
+    assert (large["cip.cm.otapi"], large["cip.cm.toapi"]) == (["10000"], ["10000"])
+    assert refusal["cip.genstat"] == ["0x01"]
+    assert [int(v, 0) for v in refusal["cip.cm.ext_status"]] == [0x0109]
+    assert refusal["cip.cm.remain_path_size"] == ["0"]
+    assert group["enip.sinaddr"] == ["127.0.0.1", "239.192.1.1"]
+    assert group["enip.sinport"][1] == str(port)
+    io = capture.read(
+        ["enip.cpf.sai.connid", "cip.seq", "cipio.data"],
+        decode_as=decode,
+        display_filter=f"enip.cpf.sai.connid == {large_ids[1]}",
+    )
+    assert len(io) >= 3
+    # Linked to the Large Forward Open: the sequence count is told apart from 600 data bytes.
+    assert all(p["cip.seq"] == ["0"] for p in io)
+    assert all(len(p["cipio.data"][0]) == 2 * 600 for p in io)
+
+
+def test_a_forward_open_inside_unconnected_send(sim: CipTargetSim, raw: RawSession) -> None:
+    embedded = forward_open(serial=4, o2t_size=8, t2o_size=6)
+    # Unconnected Send to the Connection Manager: tick, ticks, size, request, route path.
+    route = bytes([1, 0, 1, 0])  # path size 1 word, reserved, port 1 slot 0
+    request = (
+        bytes([0x52, 2, 0x20, 0x06, 0x24, 0x01, 0x0A, 0x0E])
+        + struct.pack("<H", len(embedded))
+        + embedded
+        + route
+    )
+    reply, _kinds = raw.cip(request)
+    assert reply[:4] == bytes([0xD4, 0, 0, 0])
+    assert _only(sim).triad == (4, 0x1234, 0xC0FFEE)
+
+
+def test_truncated_requests_get_error_replies_and_the_sim_carries_on(
+    sim: CipTargetSim, raw: RawSession, udp: socket.socket, caplog: pytest.LogCaptureFixture
+) -> None:
+    messages = [
+        forward_open(serial=5, o2t_size=8, t2o_size=6),
+        forward_open(serial=5, o2t_size=8, t2o_size=6, large=True),
+        bytes([0x4E, 2, 0x20, 0x06, 0x24, 0x01]) + bytes(12),
+        bytes([0x52, 2, 0x20, 0x06, 0x24, 0x01, 0x0A, 0x0E, 0xFF, 0x00]),
+    ]
+    for message in messages:
+        for cut in range(len(message) - 1):
+            reply, _kinds = raw.cip(message[:cut])
+            assert reply[2] != 0, (message[:cut].hex(), reply.hex())
+    # Broken CPF: a truncated item, and an item count beyond the data.
+    for body in (struct.pack("<IHHHH", 0, 0, 2, 0, 0), struct.pack("<IHHHH", 0, 0, 1, 0xB2, 9)):
+        head, _body = raw.call(0x6F, body, raw.handle)
+        assert struct.unpack_from("<I", head, 4)[0] == 0x0003
+    assert sim.connections() == []
+    _open(raw, udp, serial=6)
+    assert [r for r in caplog.records if r.levelno >= 40] == []

@@ -7,7 +7,8 @@ sharing no code with unskit's own CIP codecs (``unskit._core.cip``, ``unskit.cip
 
 - TCP encapsulation (port 44818 by default): RegisterSession, UnregisterSession,
   ListIdentity, and SendRRData carrying Forward Open (0x54), Large Forward Open (0x5B) and
-  Forward Close (0x4E) to the Connection Manager (class 6 instance 1).
+  Forward Close (0x4E) to the Connection Manager (class 6 instance 1), directly or inside
+  one Unconnected Send (0x52, its route path not checked).
 - The connection path is ``[34 04 key] 20 04 24 <config> 2C <O->T> 2C <T->O>`` (padded
   EPATH, 8- or 16-bit logical segments, an optional simple data segment 0x80 with
   configuration data). A zero electronic key matches anything; a non-zero one must match
@@ -112,6 +113,7 @@ _ITEM_SEQUENCED_ADDRESS = 0x8002
 _FORWARD_OPEN = 0x54
 _LARGE_FORWARD_OPEN = 0x5B
 _FORWARD_CLOSE = 0x4E
+_UNCONNECTED_SEND = 0x52
 _GS_SUCCESS = 0x00
 _GS_CONNECTION_FAILURE = 0x01
 _GS_PATH_DESTINATION_UNKNOWN = 0x05
@@ -675,7 +677,11 @@ class CipTargetSim:
         return struct.pack("<IHH", 0, 0, len(out)) + encoded
 
     def _request(
-        self, session: _Session, message: bytes, t2o_sockaddr: bytes | None
+        self,
+        session: _Session,
+        message: bytes,
+        t2o_sockaddr: bytes | None,
+        routed: bool = False,
     ) -> tuple[bytes, list[tuple[int, bytes]]]:
         """A Message Router request to (reply, extra CPF items)."""
         if len(message) < 2 or len(message) < 2 + 2 * message[1]:
@@ -684,6 +690,13 @@ class CipTargetSim:
         path, data = message[2 : 2 + 2 * words], message[2 + 2 * words :]
         if path != b"\x20\x06\x24\x01":
             return _reply(service, _GS_PATH_DESTINATION_UNKNOWN), []
+        if service == _UNCONNECTED_SEND and not routed and len(data) >= 4:
+            # Routed to this very device (the route path is not checked): the reply is the
+            # embedded request's own (Vol. 1, 3-5.6.4).
+            size = struct.unpack_from("<H", data, 2)[0]
+            if len(data) >= 4 + size:
+                return self._request(session, data[4 : 4 + size], t2o_sockaddr, routed=True)
+            return _reply(service, _GS_NOT_ENOUGH_DATA), []
         if service not in (_FORWARD_OPEN, _LARGE_FORWARD_OPEN, _FORWARD_CLOSE):
             return _reply(service, _GS_SERVICE_NOT_SUPPORTED), []
         if service == _FORWARD_CLOSE:
