@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import ethernetip.ethernetip as enip_module
 import pytest
 
 from tests.support.servers import wait_until
-from tests.support.tshark import LoopbackCapture
+from tests.support.tshark import LoopbackCapture, on_enip_port
 from unskit.cip.target_sim import (
     AssemblySpec,
     CipTargetSim,
@@ -48,6 +49,10 @@ def _assemblies(input_size: int = 4, output_size: int = 2) -> dict[int, Assembly
 def sim() -> Iterator[CipTargetSim]:
     with CipTargetSim(assemblies=_assemblies()) as target:
         yield target
+
+
+def _started(tcp_port: int, assemblies: dict[int, AssemblySpec]) -> CipTargetSim:
+    return CipTargetSim(tcp_port=tcp_port, assemblies=assemblies).start()
 
 
 def _bits_to_bytes(bits: list[Any]) -> bytes:
@@ -181,10 +186,9 @@ def test_ethernetip_scanner_exchanges_io_with_the_sim(
 def test_tshark_reads_the_sims_forward_open_and_datagrams_as_intended(
     scanner_factory: Callable[..., Scanner], tmp_path: Path
 ) -> None:
-    # Wireshark 4.0 pairs an ENIP request with its reply only on TCP port 44818 (and links
-    # class-1 datagrams to the Forward Open through that pair): the sim must listen there.
-    # The UDP port may be any: the Sockaddr Info items tell Wireshark.
-    with CipTargetSim(tcp_port=44818, assemblies=_assemblies()) as sim:
+    # Wireshark needs the sim on TCP 44818 (see tests/support/tshark.py).
+    start = partial(_started, assemblies=_assemblies())
+    with on_enip_port(start) as sim:
         bpf = f"tcp port {sim.tcp_port} or udp port {sim.udp_port}"
         with LoopbackCapture(tmp_path / "sim.pcapng", bpf) as capture:
             scanner = scanner_factory(sim)
@@ -789,7 +793,7 @@ def test_tshark_reads_large_forward_open_refusal_and_multicast_replies(tmp_path:
         101: AssemblySpec(4),
         199: AssemblySpec(0),
     }
-    with CipTargetSim(tcp_port=44818, assemblies=assemblies) as sim:  # see the test above
+    with on_enip_port(partial(_started, assemblies=assemblies)) as sim:  # see the test above
         bpf = f"tcp port {sim.tcp_port} or udp port {sim.udp_port}"
         with (
             LoopbackCapture(tmp_path / "sim.pcapng", bpf) as capture,

@@ -14,18 +14,39 @@ tests as root).
 
 from __future__ import annotations
 
+import errno
 import json
 import signal
 import socket
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from tests.support.servers import require_binary
+
+T = TypeVar("T")
+
+#: Wireshark 4.0 tells ENIP requests from replies only by TCP port 44818 (a reply is from it),
+#: and only a paired Forward Open links class-1 datagrams to their connection: a capture
+#: meant for its CIP fields needs the target listening there (UDP ports may be any; the
+#: Sockaddr Info items name them).
+ENIP_TCP_PORT = 44818
+
+
+def on_enip_port(start: Callable[[int], T], timeout: float = 30.0) -> T:
+    """`start(ENIP_TCP_PORT)`, retried while the port is in use (another test holding it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return start(ENIP_TCP_PORT)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)  # a poll of a resource we cannot wait on, bounded by the deadline
 
 
 def _free_udp_port() -> int:

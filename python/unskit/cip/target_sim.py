@@ -376,7 +376,7 @@ class CipTargetSim:
         self._tcp = self._udp = self._wake = self._selector = None
 
     def __enter__(self) -> CipTargetSim:
-        return self.start()
+        return self if self._thread is not None else self.start()
 
     def __exit__(
         self,
