@@ -757,6 +757,16 @@ def test_cli_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "INSTANCE:SIZE[:FORMAT]" in capsys.readouterr().err
     assert main(["--tcp-port", "0", "--udp-port", "0", "--echo", "1:100"]) == 2
     assert "no assembly 1" in capsys.readouterr().err
+    for bad in (["--assembly", "100:4:bogus"], ["--tcp-port", "70000"], ["--echo", "x"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(bad)
+        assert exit_info.value.code == 2
+        assert "Traceback" not in capsys.readouterr().err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        assert main(["--tcp-port", str(taken.getsockname()[1]), "--udp-port", "0"]) == 2
+    assert "cannot listen" in capsys.readouterr().err
 
 
 # -- pure parts ------------------------------------------------------------------------------

@@ -76,6 +76,7 @@ __all__ = [
     "AssemblySpec",
     "CipTargetSim",
     "ConnectionInfo",
+    "demo_pattern",
     "main",
 ]
 
@@ -979,9 +980,9 @@ class CipTargetSim:
 
 
 def demo_pattern(image: bytearray, tick: int, seconds: float) -> None:
-    """The demo animation: UDINT tick count at 0, REAL sine (period 10 s, amplitude 100) at 4,
-    tick count's low byte at 8 (bit n toggles every 2**n ticks); fields that do not fit are
-    left out."""
+    """Writes the demo pattern into `image` (see docs/configuration.md); what fits only."""
+    # UDINT tick count at 0, REAL sine (period 10 s, amplitude 100) at 4, the count's low
+    # byte at 8 (bit n toggles every 2**n ticks).
     if len(image) >= 4:
         struct.pack_into("<I", image, 0, tick & 0xFFFFFFFF)
     if len(image) >= 8:
@@ -1079,6 +1080,16 @@ def _assembly_option(text: str) -> tuple[int, AssemblySpec]:
         ) from None
 
 
+def _port_option(text: str) -> int:
+    try:
+        port = int(text, 0)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port 0..65535")
+    return port
+
+
 def _echo_option(text: str) -> tuple[int, int]:
     try:
         out, _, in_ = text.partition(":")
@@ -1094,8 +1105,12 @@ def _parser() -> argparse.ArgumentParser:
         "'READY tcp=PORT udp=PORT' when it listens; SIGTERM or SIGINT stops it (exit 0).",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
-    parser.add_argument("--tcp-port", type=int, default=DEFAULT_TCP_PORT, help="0: any free")
-    parser.add_argument("--udp-port", type=int, default=DEFAULT_UDP_PORT, help="0: any free")
+    parser.add_argument(
+        "--tcp-port", type=_port_option, default=DEFAULT_TCP_PORT, help="0: any free"
+    )
+    parser.add_argument(
+        "--udp-port", type=_port_option, default=DEFAULT_UDP_PORT, help="0: any free"
+    )
     parser.add_argument(
         "--assembly",
         action="append",
