@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.mosquitto import Mosquitto
-from unskit.demo.plan import CAMERAS, OPCUA_INSTANCE, PLC
+from unskit.demo.plan import CAMERAS, OPCUA_INSTANCE, PLC, PUSH_INSTANCE
 
 COMPONENTS = ("ethernet-ip-adapter", "opcua-adapter", "camera-adapter", "file-egress")
 #: What the demo runs beside them: the OPC UA server the adapter subscribes to.
@@ -47,6 +47,10 @@ def test_the_demo_runs_the_stack_and_delivers_every_capture(tmp_path: Path) -> N
     # Signal updates from the sim PLC.
     assert re.search(rf"^\S+\s+signal\s+{PLC}\s+spindle-speed = ", text, re.MULTILINE), text
     assert re.search(r"^  signals\s+[1-9]\d* updates", text, re.MULTILINE), text
+    # From the class-1 connection to the target simulator.
+    assert re.search(rf"^\S+\s+signal\s+{PUSH_INSTANCE}\s+stroke-count = ", text, re.MULTILINE), (
+        text
+    )
     # And from the OPC UA server the demo runs beside them.
     assert re.search(rf"^\S+\s+signal\s+{OPCUA_INSTANCE}\s+Temperature = ", text, re.MULTILINE), (
         text

@@ -11,13 +11,13 @@ import pytest
 
 from unskit.demo.plan import THING, demo_documents
 
-NAMES = [name for name, _ in demo_documents(Path("/unused"), 4840)]
+NAMES = [name for name, _ in demo_documents(Path("/unused"), 4840, 44818)]
 
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.integration
 def test_the_generated_configuration_validates(name: str, tmp_path: Path) -> None:
-    document = dict(demo_documents(tmp_path, 4840))[name]
+    document = dict(demo_documents(tmp_path, 4840, 44818))[name]
     config = tmp_path / f"{name}.json"
     config.write_text(json.dumps(document))
     command = [sys.executable, "-m", "unskit.cli", "validate", "-c", str(config), "-t", THING]
@@ -31,7 +31,7 @@ def test_the_generated_configuration_validates(name: str, tmp_path: Path) -> Non
 
 
 def test_the_egress_watches_what_the_camera_writes(tmp_path: Path) -> None:
-    documents = dict(demo_documents(tmp_path, 4840))
+    documents = dict(demo_documents(tmp_path, 4840, 44818))
     storage = documents["camera-adapter"]["component"]["storage"]
     (instance,) = documents["file-egress"]["component"]["instances"]
     assert instance["source"]["path"] == storage["outputRoot"]

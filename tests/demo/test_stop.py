@@ -22,7 +22,14 @@ import pytest
 pytestmark = pytest.mark.integration
 
 #: The component processes and the device (the OPC UA server) the demo runs beside them.
-COMPONENTS = ("ethernet-ip-adapter", "opcua-adapter", "camera-adapter", "file-egress", "opcua-sim")
+COMPONENTS = (
+    "ethernet-ip-adapter",
+    "opcua-adapter",
+    "camera-adapter",
+    "file-egress",
+    "opcua-sim",
+    "cip-target-sim",
+)
 #: Long enough that the demo never stops for its duration during a test.
 DURATION = "120"
 #: A component stopping with nobody to talk to still has a bounded drain.

@@ -22,6 +22,7 @@ __all__ = [
     "EGRESS_INSTANCE",
     "OPCUA_INSTANCE",
     "PLC",
+    "PUSH_INSTANCE",
     "ROOT",
     "THING",
     "Peer",
@@ -39,6 +40,8 @@ CAMERAS = ("cam-top", "cam-side")
 EGRESS_INSTANCE = "camera-images"
 #: The OPC UA adapter's instance on the demo's OPC UA server (`unskit opcua-sim`).
 OPCUA_INSTANCE = "line-1"
+#: The CIP adapter's push instance on the demo's class-1 target (`unskit cip-target-sim`).
+PUSH_INSTANCE = "press-io"
 
 
 @dataclass(frozen=True)
@@ -50,9 +53,16 @@ class Peer:
     port: int
 
 
-def demo_peers(opcua_port: int) -> list[Peer]:
+def demo_peers(opcua_port: int, cip_port: int) -> list[Peer]:
     """The devices, started before the components and stopped after them."""
-    return [Peer("opcua-sim", ("opcua-sim", "--port", str(opcua_port)), opcua_port)]
+    # The target's UDP port is any free one: it names it in its Forward Open reply.
+    cip_target = (
+        "cip-target-sim", "--tcp-port", str(cip_port), "--udp-port", "0", "--pattern", "demo"
+    )  # fmt: skip
+    return [
+        Peer("opcua-sim", ("opcua-sim", "--port", str(opcua_port)), opcua_port),
+        Peer("cip-target-sim", cip_target, cip_port),
+    ]
 
 
 def _common(output: Path, area: str) -> dict[str, Any]:
@@ -68,14 +78,19 @@ def _common(output: Path, area: str) -> dict[str, Any]:
     }
 
 
-def _plc(output: Path) -> dict[str, Any]:
+def _plc(output: Path, cip_port: int) -> dict[str, Any]:
     def signal(name: str, tag: str, kind: str, **extra: Any) -> dict[str, Any]:
         return {"name": name, "tagPath": tag, "type": kind, **extra}
 
     return {
         **_common(output, "stamping"),
         "component": {
-            "global": {"defaults": {"pollIntervalMs": 1000, "publishMode": "onChange"}},
+            "global": {
+                "defaults": {"pollIntervalMs": 1000, "publishMode": "onChange"},
+                # Target and adapter share this host: the adapter takes any free UDP port
+                # and names it in its Forward Open.
+                "implicitIo": {"udpPort": 0},
+            },
             "instances": [
                 {
                     "id": PLC,
@@ -101,7 +116,38 @@ def _plc(output: Path) -> dict[str, Any]:
                             "signals": [signal("part-count", "PartCount", "UDINT")],
                         },
                     ],
-                }
+                },
+                {
+                    "id": PUSH_INSTANCE,
+                    "mode": "push",
+                    "connection": {"endpoint": f"127.0.0.1:{cip_port}"},
+                    # The target animates its input assembly (`--pattern demo`): a tick
+                    # count every 100 ms, a sine and toggling bits.
+                    "defaults": {"batchMs": 2000},
+                    "io": {
+                        "rpiMs": 50,
+                        "assemblies": {"input": 100, "output": 150, "config": 151},
+                        "input": {
+                            "sizeBytes": 16,
+                            "sampleMs": 500,
+                            "signals": [
+                                {"name": "stroke-count", "offset": 0, "type": "UDINT"},
+                                {
+                                    "name": "ram-force",
+                                    "offset": 4,
+                                    "type": "REAL",
+                                    "deadband": {"type": "absolute", "value": 5.0},
+                                },
+                                {"name": "guard-closed", "offset": 8, "type": "BOOL", "bit": 4},
+                            ],
+                        },
+                        "output": {
+                            "sizeBytes": 16,
+                            "signals": [{"name": "force-setpoint", "offset": 0, "type": "REAL"}],
+                        },
+                    },
+                    "writes": {"allow": ["a150/0/REAL", "a150/run"]},
+                },
             ],
         },
     }
@@ -194,12 +240,14 @@ def _egress(output: Path) -> dict[str, Any]:
     }
 
 
-def demo_documents(output: Path, opcua_port: int) -> list[tuple[str, dict[str, Any]]]:
+def demo_documents(
+    output: Path, opcua_port: int, cip_port: int
+) -> list[tuple[str, dict[str, Any]]]:
     """(component name, configuration) of each demo process, in start order, under `output`."""
     # The egress first, so it watches the image folder before the first capture lands.
     return [
         ("file-egress", _egress(output)),
-        ("ethernet-ip-adapter", _plc(output)),
+        ("ethernet-ip-adapter", _plc(output, cip_port)),
         ("opcua-adapter", _opcua(output, opcua_port)),
         ("camera-adapter", _cameras(output)),
     ]

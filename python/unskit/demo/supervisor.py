@@ -585,13 +585,13 @@ def demo_main(args: argparse.Namespace) -> int:
     output = Path(args.output).resolve()
     try:
         _prepare(output)
-        opcua_port = free_port()
+        opcua_port, cip_port = free_port(), free_port()
         supervisor = Supervisor(
-            demo_documents(output, opcua_port),
+            demo_documents(output, opcua_port, cip_port),
             output,
             broker=args.broker,
             port=args.port,
-            peers=demo_peers(opcua_port),
+            peers=demo_peers(opcua_port, cip_port),
         )
         return supervisor.run(args.duration)
     except RuntimeError as error:
@@ -606,7 +606,8 @@ def add_demo_parser(commands: Any) -> None:
         "demo",
         help="run the whole edge stack on an embedded broker and show its traffic",
         description="Starts an embedded MQTT broker and, as separate processes, the CIP adapter "
-        "with a sim PLC, an OPC UA server (`unskit opcua-sim`) and the OPC UA adapter "
+        "with a sim PLC and a class-1 I/O connection to a target simulator (`unskit "
+        "cip-target-sim`), an OPC UA server (`unskit opcua-sim`) and the OPC UA adapter "
         "subscribed to it, the camera adapter with two sim cameras on a schedule, and the file "
         "egress delivering the captured images to a local folder; shows the UNS traffic, then "
         "stops everything cleanly and prints a summary. Exit 0 when every component exited 0 "
