@@ -4,15 +4,18 @@ run/idle, the watchdog, refusals, multicast, pause, hostile datagrams."""
 
 from __future__ import annotations
 
+import copy
 import socket
 import struct
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
 
 from tests.support.adapter import Adapter
 from tests.support.servers import wait_until
+from tests.support.tshark import LoopbackCapture, on_enip_port
 from unskit.cip.frames import build
 from unskit.cip.target_sim import AssemblySpec, CipTargetSim
 from unskit.errors import CommandError
@@ -41,6 +44,10 @@ def assemblies(input_size: int = 16, output_size: int = 4) -> dict[int, Assembly
         INPUT: AssemblySpec(input_size),
         OUTPUT: AssemblySpec(output_size),
     }
+
+
+def _started_sim(tcp_port: int, **options: Any) -> CipTargetSim:
+    return CipTargetSim(tcp_port=tcp_port, **options).start()
 
 
 @pytest.fixture
@@ -254,3 +261,104 @@ def test_hostile_datagrams_are_counted_and_never_stall_the_connection(start_cip,
     io = status(adapter)["device"]["io"]
     assert io["drops"]["wrong_size"] >= 200
     assert status(adapter)["connected"]
+
+
+def test_tshark_reads_our_forward_open_and_class1_datagrams(start_cip, tmp_path) -> None:
+    # Wireshark pairs ENIP requests and replies only on TCP 44818 (tests/support/tshark.py).
+    start_sim = partial(_started_sim, assemblies=assemblies())
+    with on_enip_port(start_sim) as sim:
+        bpf = f"tcp port {sim.tcp_port} or udp port {sim.udp_port}"
+        with LoopbackCapture(tmp_path / "push.pcapng", bpf) as capture:
+            adapter = start(start_cip, push_instance(sim, writes=["a150/0/INT", "a150/run"]))
+            connected(adapter)
+            wait_until(lambda: sim.connections()[-1].consumed >= 3, 10, "O-to-T datagrams")
+            write(adapter, "a150/0/INT", 3.0, "t1")
+            write(adapter, "a150/run", False, "t2")
+            wait_until(lambda: sim.run_bit(OUTPUT) is False, 10, "idle")
+            consumed = sim.connections()[-1].consumed
+            wait_until(lambda: sim.connections()[-1].consumed >= consumed + 3, 10, "idle O-to-T")
+            port = status(adapter)["device"]["udpPort"]
+            adapter.client.call("pause", instance="io-1")
+            wait_until(lambda: sim.connections()[-1].state == "closed", 10, "Forward Close")
+            info = sim.connections()[-1]
+    decode = [f"udp.port=={sim.udp_port},cipio"]
+    problems = capture.read(
+        ["frame.number", "_ws.expert.message"],
+        decode_as=decode,
+        display_filter="_ws.malformed || _ws.expert.severity >= warning",
+    )
+    assert problems == []
+    cm = capture.read(
+        [
+            "cip.cm.sc", "cip.genstat", "cip.cm.ot_connid", "cip.cm.to_connid",
+            "cip.cm.conn_serial_num", "cip.cm.otrpi", "cip.cm.torpi", "cip.cm.otapi",
+            "cip.cm.toapi", "cip.cm.fwo.consize", "cip.class", "cip.instance",
+            "cip.connpoint", "enip.sinport",
+        ],
+        decode_as=decode,
+        display_filter="cip.cm.sc",
+    )  # fmt: skip
+    assert [int(p["cip.cm.sc"][0], 0) for p in cm] == [0x54, 0x54, 0x4E, 0x4E]
+    request, reply = cm[0], cm[1]
+    assert reply["cip.genstat"] == ["0x00"]
+    assert int(request["cip.cm.to_connid"][0], 0) == info.t2o_id, "we pick the T-to-O id"
+    assert int(reply["cip.cm.ot_connid"][0], 0) == info.o2t_id, "the target the O-to-T id"
+    assert (request["cip.cm.otrpi"], request["cip.cm.torpi"]) == (["10000"], ["10000"])
+    assert (reply["cip.cm.otapi"], reply["cip.cm.toapi"]) == (["10000"], ["10000"])
+    # Sizes count the 16-bit sequence count, and O-to-T its 32-bit run/idle header.
+    assert request["cip.cm.fwo.consize"] == ["10", "18"]
+    assert [int(v, 0) for v in request["cip.class"]] == [0x06, 0x04]
+    assert [int(v, 0) for v in request["cip.instance"]] == [1, CONFIG]
+    assert [int(v, 0) for v in request["cip.connpoint"]] == [OUTPUT, INPUT]
+    assert request["enip.sinport"] == [str(port)], "our T-to-O port, announced"
+    assert cm[2]["cip.cm.conn_serial_num"] == request["cip.cm.conn_serial_num"]
+
+    io = capture.read(
+        ["udp.srcport", "enip.cpf.sai.connid", "enip.cpf.sai.seq", "cip.seq",
+         "cip.32bitheader.run_idle"],
+        decode_as=decode,
+        display_filter="enip.cpf.sai.connid",
+    )  # fmt: skip
+    o2t = [p for p in io if p["udp.srcport"] == [str(port)]]
+    t2o = [p for p in io if p["udp.srcport"] == [str(sim.udp_port)]]
+    assert {int(p["enip.cpf.sai.connid"][0], 0) for p in o2t} == {info.o2t_id}
+    assert {int(p["enip.cpf.sai.connid"][0], 0) for p in t2o} == {info.t2o_id}
+    o2t_seq = [int(p["enip.cpf.sai.seq"][0]) for p in o2t]
+    assert o2t_seq == list(range(1, len(o2t) + 1)), "one up per datagram, from 1"
+    run_idle = [p["cip.32bitheader.run_idle"][0] for p in o2t]
+    assert run_idle[0] == "0x00000001"
+    assert run_idle[-1] == "0x00000000", "the last ones idle"
+    counts = [int(p["cip.seq"][0]) for p in o2t]
+    assert counts[0] == 1
+    assert counts[-1] == 3, "one count per change: the write, then idle"
+    assert counts == sorted(counts)
+
+
+def test_a_dropped_session_reconnects_with_backoff(start_cip) -> None:
+    sim = CipTargetSim(assemblies=assemblies()).start()
+    try:
+        sim.set_input(INPUT, image(1))
+        adapter = start(start_cip, push_instance(sim))
+        connected(adapter)
+        wait_until(lambda: values(adapter, "count") == [1], 10, "a value")
+        tcp_port = sim.tcp_port
+        sim.stop()
+        wait_until(lambda: not status(adapter)["connected"], 15, "the loss noticed")
+        sim = CipTargetSim(assemblies=assemblies(), tcp_port=tcp_port).start()
+        sim.set_input(INPUT, image(2))
+        wait_until(lambda: 2 in values(adapter, "count"), 15, "values from the new session")
+        assert status(adapter)["counters"]["reconnects"] >= 1
+    finally:
+        sim.stop()
+
+
+def test_a_reload_reopens_with_the_new_rpi(start_cip, target) -> None:
+    adapter = start(start_cip, push_instance(target))
+    connected(adapter)
+    document = copy.deepcopy(adapter.document)
+    document["component"]["instances"][0]["io"]["rpiMs"] = 20
+    adapter.reload(document, "r1")
+    wait_until(lambda: status(adapter)["device"].get("t2oApiUs") == 20_000, 15, "the new API")
+    states = [c.state for c in target.connections()]
+    assert states[0] == "closed", "Forward Close of the old connection"
+    assert states[-1] == "open"
