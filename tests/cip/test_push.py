@@ -151,9 +151,20 @@ def test_writes_reach_the_target_in_one_image_and_run_idle_switches(start_cip, t
     adapter = start(start_cip, push_instance(target, writes=allow))
     connected(adapter)
     wait_until(lambda: target.run_bit(OUTPUT) is True, 10, "run")
-    write(adapter, "a150/0/INT", 21.0, "w1")
-    write(adapter, "a150/2/UINT", 513, "w2")
+    write(adapter, "a150/0/INT", 1.0, "w0")
+    wait_until(lambda: target.output(OUTPUT) == struct.pack("<hH", 2, 0), 10, "one field")
+    reply = adapter.client.call(
+        "write",
+        {"requestId": "w1", "values": {"a150/0/INT": 21.0, "a150/2/UINT": 513}},
+        instance="io-1",
+    )
+    assert reply["written"] == {"a150/0/INT": 42, "a150/2/UINT": 513}, "raw: 21.0 / 0.5"
     wait_until(lambda: target.output(OUTPUT) == struct.pack("<hH", 42, 513), 10, "the output image")
+    # One request, one image: the target never consumed one field without the other.
+    assert target.outputs_seen(OUTPUT)[-2:] == [
+        struct.pack("<hH", 2, 0),
+        struct.pack("<hH", 42, 513),
+    ]
     write(adapter, "a150/run", False, "w3")
     wait_until(lambda: target.run_bit(OUTPUT) is False, 10, "idle")
     read = adapter.client.call(
@@ -161,6 +172,10 @@ def test_writes_reach_the_target_in_one_image_and_run_idle_switches(start_cip, t
     )
     by_id = {r["id"]: r["value"] for r in read["readings"]}
     assert by_id == {"a150/0/INT": 21.0, "a150/run": False, "a100/0/DINT": 0}
+    mixed = {"requestId": "w6", "values": {"a150/0/INT": 5.0, "a100/0/DINT": 1}}
+    with pytest.raises(CommandError, match="writes.allow"):
+        adapter.client.call("write", mixed, instance="io-1")
+    assert target.output(OUTPUT) == struct.pack("<hH", 42, 513), "nothing of it written"
     with pytest.raises(CommandError) as refused:
         write(adapter, "a100/0/DINT", 1, "w4")
     assert refused.value.code == "BAD_ARGS"

@@ -198,3 +198,31 @@ def test_the_inbox_hands_over_signals_reported_alive_once() -> None:
     inbox.close()
     inbox.alive(["a"])
     assert inbox.take_alive() == set(), "a closed inbox ignores the driver"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({}, "signal: required"),
+        ({"signal": "Program:Main.speed"}, "value: required"),
+        ({"values": {"Program:Main.speed": 1.0}, "signal": "Program:Main.speed"}, "either"),
+        ({"values": {}}, "values: 1 to 64"),
+        ({"values": {"Program:Main.speed": None}}, "values.Program:Main.speed"),
+    ],
+    ids=["empty", "no-value", "both-forms", "no-values", "null-value"],
+)
+def test_write_bodies_are_parsed_strictly(start_adapter, body, message) -> None:
+    adapter = start_adapter([pushed(real_signal("speed"), writes=["Program:Main.speed"])])
+    wait_until(lambda: adapter.client.call("status", instance="line-1")["connected"], 10, "up")
+    with pytest.raises(CommandError, match=message) as refused:
+        adapter.client.call("write", {"requestId": "b1", **body}, "line-1")
+    assert refused.value.code == "BAD_ARGS"
+
+
+def test_several_values_need_a_driver_that_writes_them_together(start_adapter) -> None:
+    adapter = start_adapter([pushed(real_signal("speed"), writes=["*"])])
+    wait_until(lambda: adapter.client.call("status", instance="line-1")["connected"], 10, "up")
+    body = {"requestId": "m1", "values": {"Program:Main.speed": 1.0, "Program:Other.x": 2.0}}
+    with pytest.raises(CommandError, match="writes one signal per request") as refused:
+        adapter.client.call("write", body, "line-1")
+    assert refused.value.code == "BAD_ARGS"

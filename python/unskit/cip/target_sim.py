@@ -144,6 +144,10 @@ SERIAL_NUMBER = 0x554E534B
 PRODUCT_NAME = b"unskit cip-target-sim"
 
 
+#: Distinct O->T images an assembly remembers for `outputs_seen`.
+_SEEN = 10_000
+
+
 @dataclass(frozen=True)
 class AssemblySpec:
     """One assembly instance: its data size in bytes and, optionally, its real-time format."""
@@ -202,6 +206,8 @@ class _Assembly:
     sequence_count: int = 0
     run: bool | None = None
     written: bool = False
+    #: Every distinct O->T image consumed, in order (bounded), for atomicity checks.
+    seen: list[bytes] = field(default_factory=list)
 
 
 @dataclass
@@ -411,6 +417,11 @@ class CipTargetSim:
         with self._lock:
             assembly = self._assembly(instance)
             return bytes(assembly.data) if assembly.written else None
+
+    def outputs_seen(self, instance: int) -> list[bytes]:
+        """Each distinct O->T image consumed for `instance`, in order (the first 10,000)."""
+        with self._lock:
+            return list(self._assembly(instance).seen)
 
     def run_bit(self, instance: int) -> bool | None:
         """The run/idle bit of the last header32 O->T datagram for `instance`, else None."""
@@ -919,6 +930,8 @@ class CipTargetSim:
                 body = body[4:]
             assembly.data[:] = body
             assembly.written = True
+            if (not assembly.seen or assembly.seen[-1] != body) and len(assembly.seen) < _SEEN:
+                assembly.seen.append(bytes(body))
             for source, target, offset in self._echo:
                 if source == connection.output_instance:
                     image = self._assemblies[target]

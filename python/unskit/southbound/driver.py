@@ -189,6 +189,15 @@ class PushDriver(DeviceDriver, Protocol):
         ...
 
 
+@runtime_checkable
+class AtomicWriter(Protocol):
+    """A device whose several writes can land together (CIP class-1: one O-to-T image)."""
+
+    def write_many(self, values: Mapping[str, Any]) -> None:
+        """Raw values by signal id, applied all at once or not at all."""
+        ...
+
+
 @dataclass(frozen=True)
 class Timing:
     """Connection timing, thresholds and the metrics cadence of one instance."""

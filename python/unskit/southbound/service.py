@@ -26,12 +26,13 @@ from unskit.commands import (
     Verb,
     bad_args,
 )
-from unskit.commands.fields import FreeJson
+from unskit.commands.fields import FreeJson, JsonObject
 from unskit.elementary_types import FLOAT_TYPES, INTEGER_RANGES, TYPES
 from unskit.errors import CommandError, ConfigError, ConfigIssue, UnskitError
 from unskit.runtime.component import Runtime
 from unskit.runtime.metrics import Counter
 from unskit.southbound.driver import (
+    AtomicWriter,
     DeviceDriver,
     DeviceError,
     InstanceSpec,
@@ -83,6 +84,9 @@ class _Running:
 
 #: A write value: a JSON scalar or a flat array; checked against the signal's type later.
 _WRITE_VALUE = FreeJson(max_depth=1, types=("number", "boolean", "string", "array"))
+#: sb/write `values`: {signal id: value}, each value as `value` takes it.
+_WRITE_VALUES = JsonObject(max_depth=2)
+MAX_WRITE_VALUES = 64
 
 
 class SouthboundService:
@@ -263,11 +267,13 @@ class SouthboundService:
                 request_id=RequestIdRule.REQUIRED,
                 body=BodySpec(
                     {
-                        "signal": Param(Text(max_bytes=512), required=True),
-                        "value": Param(_WRITE_VALUE, required=True),
+                        "signal": Param(Text(max_bytes=512)),
+                        "value": Param(_WRITE_VALUE),
+                        "values": Param(_WRITE_VALUES),
                     }
                 ),
-                summary="write one allow-listed signal (engineering units)",
+                summary="write one allow-listed signal (signal, value), or several that land "
+                "together (values: {id: value}) (engineering units)",
             ),
             Verb("pause", self._pause, scope=Scope.INSTANCE, summary="hold polling"),
             Verb("resume", self._resume, scope=Scope.INSTANCE, summary="poll again"),
@@ -322,25 +328,40 @@ class SouthboundService:
     def _write(self, context: CommandContext) -> Mapping[str, Any]:
         assert context.instance is not None
         runner = self.runner(context.instance)
-        signal_id = context.body["signal"]
+        wanted = _write_request(context.body)
+        raws: dict[str, Any] = {}
+        signals: dict[str, SignalSpec] = {}
+        for signal_id, value in wanted.items():
+            signal = self._writable(runner, context.instance, signal_id)
+            signals[signal_id], raws[signal_id] = signal, raw_write_value(signal, value)
+        if "values" not in context.body:
+            ((signal_id, raw),) = raws.items()
+            self.on_device(runner, lambda: runner.driver.write(signals[signal_id], raw))
+            return {
+                "instance": context.instance,
+                "signal": signal_id,
+                "value": context.body["value"],
+                "written": raw,
+            }
+        driver = runner.driver
+        if not isinstance(driver, AtomicWriter):
+            raise bad_args(f"values: {context.instance} writes one signal per request")
+        self.on_device(runner, lambda: driver.write_many(raws))
+        return {"instance": context.instance, "values": wanted, "written": raws}
+
+    def _writable(self, runner: InstanceRunner, instance: str, signal_id: str) -> SignalSpec:
+        """The signal sb/write may write, or BAD_ARGS (and write-rejected when refused)."""
         allow = runner.spec.writes_allow
         if signal_id not in allow and WRITES_ANY not in allow:
             detail = f"allowed: {sorted(allow)}" if allow else "this instance is read-only"
-            self._emit_write_rejected(context.instance, signal_id, sorted(allow))
+            self._emit_write_rejected(instance, signal_id, sorted(allow))
             raise bad_args(f"signal {signal_id!r} is not in writes.allow ({detail})")
         signal = next((s for s in runner.signals() if s.id == signal_id), None)
         if signal is None and isinstance(runner.driver, PushDriver):
             signal = _addressed(runner.driver, signal_id, "signal")
         if signal is None:
             raise bad_args(f"signal {signal_id!r} is allow-listed but not configured")
-        raw = raw_write_value(signal, context.body["value"])
-        self.on_device(runner, lambda: runner.driver.write(signal, raw))
-        return {
-            "instance": context.instance,
-            "signal": signal_id,
-            "value": context.body["value"],
-            "written": raw,
-        }
+        return signal
 
     def _emit_write_rejected(self, instance: str, signal_id: str, allow: list[str]) -> None:
         events = self._runtime.events
@@ -382,6 +403,24 @@ class SouthboundService:
         assert context.instance is not None
         changed = self.runner(context.instance).resume()
         return {"instance": context.instance, "paused": False, "changed": changed}
+
+
+def _write_request(body: Mapping[str, Any]) -> dict[str, Any]:
+    """{signal id: value} of an sb/write body: `signal` with `value`, or `values`."""
+    values = body.get("values")
+    if values is not None:
+        if body.get("signal") is not None or body.get("value") is not None:
+            raise bad_args("values: give either signal and value, or values")
+        if not 1 <= len(values) <= MAX_WRITE_VALUES:
+            raise bad_args(f"values: 1 to {MAX_WRITE_VALUES} signals")
+        for signal_id, value in values.items():
+            _WRITE_VALUE.check(value, f"values.{signal_id}")
+        return dict(values)
+    if body.get("signal") is None:
+        raise bad_args("signal: required (or values)")
+    if body.get("value") is None:
+        raise bad_args("value: required")
+    return {body["signal"]: body["value"]}
 
 
 def _addressed(driver: PushDriver, signal_id: str, field: str) -> SignalSpec:
