@@ -173,7 +173,7 @@ def test_writes_reach_the_target_in_one_image_and_run_idle_switches(start_cip, t
     by_id = {r["id"]: r["value"] for r in read["readings"]}
     assert by_id == {"a150/0/INT": 21.0, "a150/run": False, "a100/0/DINT": 0}
     mixed = {"requestId": "w6", "values": {"a150/0/INT": 5.0, "a100/0/DINT": 1}}
-    with pytest.raises(CommandError, match="writes.allow"):
+    with pytest.raises(CommandError, match=r"writes\.allow"):
         adapter.client.call("write", mixed, instance="io-1")
     assert target.output(OUTPUT) == struct.pack("<hH", 42, 513), "nothing of it written"
     with pytest.raises(CommandError) as refused:
