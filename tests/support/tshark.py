@@ -182,6 +182,14 @@ class LoopbackCapture:
         packets: list[Any] = json.loads(out.stdout or "[]")
         return [packet["_source"]["layers"] for packet in packets]
 
+    def problems(self, decode_as: Sequence[str] = ()) -> list[dict[str, list[str]]]:
+        """Packets a dissector marks malformed or flags with a warning or worse."""
+        return self.read(
+            ["frame.number", "_ws.expert.message"],
+            decode_as=decode_as,
+            display_filter="_ws.malformed || _ws.expert.severity >= warning",
+        )
+
     def _read_stdout(self) -> None:
         process = self._process
         assert process is not None
