@@ -53,7 +53,6 @@ _log = logging.getLogger(__name__)
 _POLL_S = 0.5
 #: maintain() cadence: session liveness and the staleness refresh.
 _MAINTAIN_S = 1.0
-_CLOSE_TIMEOUT_S = 1.0
 
 SampleHandler = Callable[[list[tuple[str, Any, int]]], None]
 
@@ -189,18 +188,14 @@ class CipPushDriver:
             AssemblyField.from_config(doc, publish_mode) for doc in _fields(self._input_doc)
         ]
         out = [AssemblyField.from_config(doc) for doc in _fields(self._output_doc)]
-        # Writes arrive as raw values (the service unscales them with the signal's scale).
+        # Writes arrive as raw values (the service unscales them with the signal's scale),
+        # and sb/read decodes the O-to-T image raw with the same fields.
+        raw = [AssemblyField(f.name, f.offset, f.type, f.bit, f.array_count) for f in out]
+        output = self._assemblies["output"]
         self._output_plan = OutputPlan(
-            self._assemblies["output"],
-            self.output_size,
-            [AssemblyField(f.name, f.offset, f.type, f.bit, f.array_count) for f in out],
-            real_time_format=self.output_format,
+            output, self.output_size, raw, real_time_format=self.output_format
         )
-        # Reading back the O-to-T image: the same fields decoded raw.
-        self._output_reader = None
-        if out:
-            raw = [AssemblyField(f.name, f.offset, f.type, f.bit, f.array_count) for f in out]
-            self._output_reader = InputPlan(self._assemblies["output"], self.output_size, raw)
+        self._output_reader = InputPlan(output, self.output_size, raw) if raw else None
         self._run = bool(self._output_doc.get("run", True))
         self._image = bytes(self.output_size)
         self._inputs = self._input_specs()
