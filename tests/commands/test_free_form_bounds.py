@@ -124,6 +124,16 @@ CASES = [
         lambda: _write([list(range(10))]),
         "plc-1",
     ),
+    # Signal id to a scalar or a flat array.
+    Case(
+        "ethernet-ip-adapter",
+        "write",
+        "values",
+        2,
+        lambda: {"requestId": rid(), "values": {"Counts": list(range(10))}},
+        lambda: {"requestId": rid(), "values": {"Counts": [list(range(10))]}},
+        "plc-1",
+    ),
     Case(
         "sample",
         "set-point",
@@ -251,7 +261,7 @@ def test_at_the_bound_is_accepted_and_answered(fleet: Fleet, case: Case) -> None
     if case.component == "camera-adapter":
         check_camera_replies(fleet.camera, case, body, reply)
     elif case.component == "ethernet-ip-adapter":
-        assert reply["value"] == body["value"]
+        assert reply[case.field] == body[case.field]
     else:
         assert reply["execution"] >= 1
 

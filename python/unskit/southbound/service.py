@@ -344,9 +344,13 @@ class SouthboundService:
                 "written": raw,
             }
         driver = runner.driver
-        if not isinstance(driver, AtomicWriter):
+        if isinstance(driver, AtomicWriter):
+            self.on_device(runner, lambda: driver.write_many(raws))
+        elif len(raws) == 1:
+            ((signal_id, raw),) = raws.items()
+            self.on_device(runner, lambda: driver.write(signals[signal_id], raw))
+        else:
             raise bad_args(f"values: {context.instance} writes one signal per request")
-        self.on_device(runner, lambda: driver.write_many(raws))
         return {"instance": context.instance, "values": wanted, "written": raws}
 
     def _writable(self, runner: InstanceRunner, instance: str, signal_id: str) -> SignalSpec:
