@@ -274,6 +274,12 @@ def _opcua_sim(options: Sequence[str]) -> int:
     return sim_main(options)
 
 
+def _cip_target_sim(options: Sequence[str]) -> int:
+    from unskit.cip.target_sim import main as target_main
+
+    return target_main(options)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="unskit", description="unskit command line")
@@ -313,6 +319,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sim.add_argument("options", nargs=argparse.REMAINDER)
     sim.set_defaults(run=lambda a: _opcua_sim(a.options))
+
+    target = commands.add_parser(
+        "cip-target-sim",
+        help="run the class-1 EtherNet/IP target on 127.0.0.1:44818/2222 (--help for options)",
+        add_help=False,
+        prefix_chars="+",
+    )
+    target.add_argument("options", nargs=argparse.REMAINDER)
+    target.set_defaults(run=lambda a: _cip_target_sim(a.options))
 
     _add_vault_parser(commands)
     add_tool_parsers(commands)

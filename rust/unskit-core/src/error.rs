@@ -18,6 +18,18 @@ pub enum CoreError {
     /// An image request that cannot be met: a buffer of the wrong length for its shape,
     /// an unknown thumbnail size, a quality outside 1..=100.
     InvalidImage(String),
+    /// A socket operation that failed (bind, multicast membership), with its errno.
+    Io { detail: String, errno: Option<i32> },
+}
+
+impl CoreError {
+    /// An I/O error with what was being done.
+    pub fn io(context: impl std::fmt::Display, error: &std::io::Error) -> Self {
+        CoreError::Io {
+            detail: format!("{context}: {error}"),
+            errno: error.raw_os_error(),
+        }
+    }
 }
 
 impl fmt::Display for CoreError {
@@ -29,6 +41,7 @@ impl fmt::Display for CoreError {
             CoreError::InvalidCip(detail) => write!(f, "invalid CIP: {detail}"),
             CoreError::MalformedImage(detail) => write!(f, "malformed image: {detail}"),
             CoreError::InvalidImage(detail) => write!(f, "invalid image request: {detail}"),
+            CoreError::Io { detail, .. } => write!(f, "{detail}"),
         }
     }
 }

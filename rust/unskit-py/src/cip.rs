@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyMapping, PySequence};
 use unskit_core::cip::frame::{self, Parse, RealTimeFormat, Reason};
-use unskit_core::cip::plan::{self, Field, FieldSpec, OutValue, Sink};
+use unskit_core::cip::plan::{self, Field, FieldSpec, OutValue, Scalar, Sink, Value};
 use unskit_core::cip::types::{self, CipType};
 use unskit_core::signal::Deadband;
 
@@ -33,7 +33,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(build_datagram, m)?)?;
     let reasons: Vec<&str> = Reason::ALL.iter().map(|r| r.name()).collect();
     m.add("REASONS", reasons)?;
-    Ok(())
+    crate::cip_io::register(m)
 }
 
 /// One row of the core's CIP elementary type table.
@@ -69,7 +69,7 @@ fn field_bytes(type_name: &str, array_count: Option<usize>, bit: bool) -> PyResu
     Ok(ty.field_bytes(bit, array_count))
 }
 
-fn format_of(name: &str) -> PyResult<RealTimeFormat> {
+pub(crate) fn format_of(name: &str) -> PyResult<RealTimeFormat> {
     RealTimeFormat::from_name(name).map_err(to_py)
 }
 
@@ -241,21 +241,25 @@ fn py_value<'py>(
     data: &[u8],
     values: &[f64],
 ) -> PyResult<Bound<'py, PyAny>> {
-    let element = |k: usize| -> PyResult<Bound<'py, PyAny>> {
-        Ok(match field.ty {
-            CipType::Bool => PyBool::new(py, values[k] != 0.0).to_owned().into_any(),
-            CipType::Real | CipType::Lreal => PyFloat::new(py, values[k]).into_any(),
-            _ if field.scaled => PyFloat::new(py, values[k]).into_any(),
-            _ => field.read_int(data, k).into_pyobject(py)?.into_any(),
+    py_of_value(py, &field.value(data, values))
+}
+
+/// A decoded field value (see [`Field::value`]) as Python.
+pub(crate) fn py_of_value<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+    let scalar = |s: &Scalar| -> PyResult<Bound<'py, PyAny>> {
+        Ok(match *s {
+            Scalar::Bool(b) => PyBool::new(py, b).to_owned().into_any(),
+            Scalar::Int(i) => i.into_pyobject(py)?.into_any(),
+            Scalar::Float(f) => PyFloat::new(py, f).into_any(),
         })
     };
-    if field.is_array {
-        let items = (0..values.len())
-            .map(element)
-            .collect::<PyResult<Vec<_>>>()?;
-        Ok(PyList::new(py, items)?.into_any())
-    } else {
-        element(0)
+    match value {
+        Value::Scalar(s) => scalar(s),
+        Value::Array(items) => Ok(PyList::new(
+            py,
+            items.iter().map(scalar).collect::<PyResult<Vec<_>>>()?,
+        )?
+        .into_any()),
     }
 }
 
@@ -297,7 +301,7 @@ pub struct Decoded {
 
 #[pyclass(module = "unskit._core.cip")]
 pub struct InputPlan {
-    inner: plan::InputPlan,
+    pub(crate) inner: plan::InputPlan,
 }
 
 /// status, rows' datagram, rows' field, values.

@@ -22,6 +22,10 @@ pub fn to_py(error: CoreError) -> PyErr {
         CoreError::MalformedImage(_) | CoreError::InvalidImage(_) => {
             ImageError::new_err(error.to_string())
         }
+        CoreError::Io { detail, errno } => match errno {
+            Some(errno) => PyOSError::new_err((errno, detail)),
+            None => PyOSError::new_err(detail),
+        },
     }
 }
 

@@ -5,6 +5,7 @@ use pyo3::types::PyDict;
 
 mod buffers;
 mod cip;
+mod cip_io;
 mod envelope;
 mod errors;
 mod gil;

@@ -3,5 +3,6 @@
 
 pub mod connection;
 pub mod frame;
+pub mod io;
 pub mod plan;
 pub mod types;

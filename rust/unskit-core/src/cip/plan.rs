@@ -100,6 +100,49 @@ impl Field {
     }
 }
 
+/// One element of a decoded field as its consumer sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar {
+    Bool(bool),
+    /// An unscaled integer field, exact (ULINT and LINT beyond 2**53 included).
+    Int(i128),
+    /// REAL, LREAL and every scaled field.
+    Float(f64),
+}
+
+/// A decoded field: one element, or a list for an array (even of one element).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Scalar(Scalar),
+    Array(Vec<Scalar>),
+}
+
+impl Field {
+    /// The typed value of this field's published `values` (scaled, one per element) read
+    /// from `data`: bool for BOOL, the exact integer when unscaled, a float otherwise.
+    pub fn value(&self, data: &[u8], values: &[f64]) -> Value {
+        let element = |k: usize| match self.ty {
+            CipType::Bool => Scalar::Bool(values[k] != 0.0),
+            CipType::Real | CipType::Lreal => Scalar::Float(values[k]),
+            _ if self.scaled => Scalar::Float(values[k]),
+            _ => Scalar::Int(self.read_int(data, k)),
+        };
+        if self.is_array {
+            Value::Array((0..values.len()).map(element).collect())
+        } else {
+            Value::Scalar(element(0))
+        }
+    }
+
+    /// Every element scaled, ungated.
+    pub fn read_value(&self, data: &[u8]) -> Value {
+        let values: Vec<f64> = (0..self.count)
+            .map(|k| self.scaling.apply(self.read_raw(data, k)))
+            .collect();
+        self.value(data, &values)
+    }
+}
+
 #[inline(always)]
 fn bytes<const N: usize>(data: &[u8], at: usize) -> [u8; N] {
     let mut out = [0u8; N];
@@ -289,8 +332,12 @@ impl InputPlan {
         Ok(parsed)
     }
 
-    /// The assembly data alone (exactly `size` bytes, which `decode` has checked).
-    fn decode_data(&mut self, data: &[u8], now_ms: u64, sink: &mut impl Sink) {
+    /// The assembly data alone, parsed by the caller: publishes the fields due. Data of
+    /// another length than `size` publishes nothing.
+    pub fn decode_data(&mut self, data: &[u8], now_ms: u64, sink: &mut impl Sink) {
+        if data.len() != self.size {
+            return;
+        }
         let sample_ms = self.sample_ms;
         for (index, field) in self.fields.iter().enumerate() {
             if let Some(at) = self.published_ms[index] {
