@@ -35,9 +35,9 @@ import pytest
 from tests.support.servers import wait_until
 
 from benches.bench_cip import FIELDS, INSTANCE, make_frames
+from unskit._core import cip as _cip
 from unskit._core.cip import IoEngine
 from unskit.cip.frames import build
-from unskit.cip.plan import InputPlan
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
@@ -99,6 +99,20 @@ def socket_drops(port: int) -> int:
     raise AssertionError(f"no UDP socket on port {port} in /proc/net/udp")
 
 
+def schedstat(path: str) -> tuple[int, int]:
+    """(ns on a CPU, ns runnable but waiting for one) of a thread, from its schedstat."""
+    on_cpu, waiting, _slices = Path(path, "schedstat").read_text().split()
+    return int(on_cpu), int(waiting)
+
+
+def thread_named(name: str) -> str:
+    """The /proc path of this process's thread called `name`."""
+    for task in Path("/proc/self/task").iterdir():
+        if (task / "comm").read_text().strip() == name:
+            return str(task)
+    raise AssertionError(f"no thread {name!r}")
+
+
 def start_sender(binary: Path, frames: Path, port: int, seconds: float, rate: int = 0) -> Any:
     return subprocess.Popen(
         [str(binary), "send", "--to", f"{HOST}:{port}", "--frames", str(frames),
@@ -151,7 +165,7 @@ def engine_with_connection(target_port: int, o2t_api_us: int = 100_000) -> Itera
             t2o_api_us=100_000,
             o2t_api_us=o2t_api_us,
             timeout_multiplier=512,
-            input_plan=InputPlan(INSTANCE, 64, FIELDS, real_time_format="header32").core,
+            input_plan=_cip.InputPlan(INSTANCE, 64, "header32", 0, [f.as_tuple() for f in FIELDS]),
             output_format="header32",
             output_image=bytes(8),
         )
@@ -167,7 +181,8 @@ def consumed(stats: dict[str, Any]) -> int:
 
 
 def run_ours(binary: Path, frames: Path, seconds: float, rate: int = 0) -> dict[str, Any]:
-    """Our engine with a Python thread draining poll: datagrams consumed per second."""
+    """Our engine with a Python thread draining poll: datagrams consumed per second, end to
+    end (decoded, and their samples taken by the poll loop)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as o2t_sink:
         o2t_sink.bind((HOST, 0))
         with engine_with_connection(o2t_sink.getsockname()[1]) as engine:
@@ -181,12 +196,20 @@ def run_ours(binary: Path, frames: Path, seconds: float, rate: int = 0) -> dict[
             poller = threading.Thread(target=drain, name="bench-poll")
             poller.start()
             sender = start_sender(binary, frames, engine.port, sender_seconds(seconds), rate)
+            # Where the CPU goes: the engine's thread, the poll loop and the sender.
+            threads = {
+                "io": thread_named("unskit-cip-io"),
+                "poll": f"/proc/self/task/{poller.native_id}",
+                "sender": f"/proc/{sender.pid}",
+            }
             try:
                 wait_until(lambda: engine.stats(1)["datagrams_received"] > 0, 10, "first datagram")
                 time.sleep(WARMUP_S)  # the warm-up, not a sync
                 t0, s0, n0 = time.monotonic(), engine.stats(1), samples[0]
+                cpu0 = {k: schedstat(v) for k, v in threads.items()}
                 time.sleep(seconds)  # the measuring window, not a sync
                 t1, s1, n1 = time.monotonic(), engine.stats(1), samples[0]
+                cpu1 = {k: schedstat(v) for k, v in threads.items()}
                 sent = finish(sender)
                 # Everything queued is drained before the drop counters are read.
                 wait_until(lambda: engine.global_stats()["queued"] == 0, 10, "queue drained")
@@ -199,9 +222,25 @@ def run_ours(binary: Path, frames: Path, seconds: float, rate: int = 0) -> dict[
                     sender.kill()
                     sender.communicate()
     elapsed = t1 - t0
+    decoded = (consumed(s1) - consumed(s0)) / elapsed
+    delivered = n1 - n0
+    lost = s1["drops"]["queue_full"] - s0["drops"]["queue_full"]
+    datagrams = consumed(s1) - consumed(s0)
+    cpu = {k: (cpu1[k][0] - cpu0[k][0], cpu1[k][1] - cpu0[k][1]) for k in threads}
     return {
-        "rate": (consumed(s1) - consumed(s0)) / elapsed,
-        "samples_per_s": (n1 - n0) / elapsed,
+        # Datagrams whose samples reached the poll loop: the decode rate, less the share
+        # of samples the full queue dropped.
+        "rate": decoded * delivered / max(1, delivered + lost),
+        "decoded_per_s": decoded,
+        "samples_per_s": delivered / elapsed,
+        "samples_lost_in_window": lost,
+        "samples_per_datagram": round((delivered + lost) / max(1, datagrams), 2),
+        # CPU per unit of work (us), and the share of the window each thread was runnable
+        # but waiting for a core (the machine has two, and the sender keeps one busy).
+        "io_us_per_datagram": round(cpu["io"][0] / 1000 / max(1, datagrams), 3),
+        "poll_us_per_sample": round(cpu["poll"][0] / 1000 / max(1, delivered), 3),
+        "cpu_share": {k: round(v[0] / 1e9 / elapsed, 2) for k, v in cpu.items()},
+        "runqueue_wait_share": {k: round(v[1] / 1e9 / elapsed, 2) for k, v in cpu.items()},
         "socket_drops": drops,
         "engine_drops": {k: v for k, v in final["drops"].items() if v},
         "datagrams_received": final["datagrams_received"],
@@ -285,10 +324,13 @@ def test_t2o_datagrams_per_second(benchmark, ratio, udp_count: Path, frames: Pat
     benchmark.pedantic(run, rounds=1, iterations=1)
     ours = statistics.median(r["rate"] for r in results["ours"])
     anchor = statistics.median(r["rate"] for r in results["anchor"])
-    rcvbuf = results["anchor"][0]["rcvbuf"]
     for impl in ("anchor", "ours"):
         for r in results[impl]:
             print(f"\n{impl}: {r}")
+    # The cost breakdown of the median runs: what bounds each side.
+    mid = sorted(results["ours"], key=lambda r: r["rate"])[ROUNDS // 2]
+    mid_anchor = sorted(results["anchor"], key=lambda r: r["rate"])[ROUNDS // 2]
+    senders = [r["sender"] for r in results["ours"] + results["anchor"]]
     row = ratio(
         "cip push T-to-O 88-byte datagrams/s, full-speed sender",
         ours,
@@ -296,13 +338,26 @@ def test_t2o_datagrams_per_second(benchmark, ratio, udp_count: Path, frames: Pat
         anchor,
         unit="datagrams/s",
         target=THROUGHPUT_TARGET,
+        ours_decoded_per_s=round(statistics.median(r["decoded_per_s"] for r in results["ours"])),
         ours_samples_per_s=round(statistics.median(r["samples_per_s"] for r in results["ours"])),
-        sender_rates=[round(r["sender"]["rate"]) for r in results["ours"] + results["anchor"]],
+        ours_samples_lost_in_window=[r["samples_lost_in_window"] for r in results["ours"]],
+        ours_samples_per_datagram=mid["samples_per_datagram"],
+        ours_io_us_per_datagram=mid["io_us_per_datagram"],
+        ours_poll_us_per_sample=mid["poll_us_per_sample"],
+        ours_cpu_share=mid["cpu_share"],
+        ours_runqueue_wait_share=mid["runqueue_wait_share"],
+        anchor_us_per_datagram=round(mid_anchor["cpu_ns"] / 1000 / max(1, mid_anchor["count"]), 3),
+        anchor_cpu_share=round(mid_anchor["cpu_ns"] / 1e9 / mid_anchor["seconds"], 2),
+        sender_us_per_datagram=round(
+            statistics.median(r["cpu_ns"] / 1000 / max(1, r["sent"]) for r in senders), 3
+        ),
+        sender_rates=[round(r["rate"]) for r in senders],
         ours_socket_drops=[r["socket_drops"] for r in results["ours"]],
         anchor_socket_drops=[r["drops"] for r in results["anchor"]],
         ours_engine_drops=[r["engine_drops"] for r in results["ours"]],
-        rcvbuf_granted=rcvbuf,
+        rcvbuf_granted=results["anchor"][0]["rcvbuf"],
         rmem_max=rmem_max(),
+        loadavg_1m=round(os.getloadavg()[0], 2),
     )
     print(f"\n{row}")
     theirs = results["ethernetip"]
@@ -384,12 +439,16 @@ def jitter(times: list[int]) -> dict[str, float]:
 def engine_production(seconds: float) -> dict[str, Any]:
     with timestamp_socket() as sink:
         with engine_with_connection(sink.getsockname()[1], o2t_api_us=API_US) as engine:
+            io = thread_named("unskit-cip-io")
+            _, wait0 = schedstat(io)
             time.sleep(seconds)  # the production window, not a sync
+            _, wait1 = schedstat(io)
             stats = engine.stats(1)
         # The engine is shut down: the queue holds everything it produced.
         result = jitter(kernel_times_ns(sink))
         result["socket_drops"] = socket_drops(sink.getsockname()[1])
     lateness = ("lateness_p50_us", "lateness_p99_us", "lateness_max_us")
+    result["runqueue_wait_share"] = round((wait1 - wait0) / 1e9 / seconds, 3)
     return {**result, **{k: stats[k] for k in lateness}}
 
 
@@ -401,13 +460,17 @@ def python_production(seconds: float) -> dict[str, Any]:
         deadline = time.monotonic()
         end = deadline + seconds
         sequence = 0
+        me = f"/proc/self/task/{threading.get_native_id()}"
+        _, wait0 = schedstat(me)
         while deadline < end:
             sequence += 1
             out.send(build(O2T_ID, sequence, sequence & 0xFFFF, "header32", data=bytes(8)))
             deadline += period
             time.sleep(max(0.0, deadline - time.monotonic()))
+        _, wait1 = schedstat(me)
         result = jitter(kernel_times_ns(sink))
         result["socket_drops"] = socket_drops(sink.getsockname()[1])
+    result["runqueue_wait_share"] = round((wait1 - wait0) / 1e9 / seconds, 3)
     return result
 
 
@@ -434,6 +497,10 @@ def test_o2t_jitter(benchmark, ratio) -> None:
         ours_socket_drops=ours["socket_drops"],
         anchor_socket_drops=python["socket_drops"],
         ours_engine_lateness_p99_us=ours["lateness_p99_us"],
+        # Run-queue wait of the producing thread: time it was due but had no core.
+        ours_runqueue_wait_share=ours["runqueue_wait_share"],
+        anchor_runqueue_wait_share=python["runqueue_wait_share"],
+        loadavg_1m=round(os.getloadavg()[0], 2),
     )
     print(f"\n{row}")
     assert ours["p99_us"] < JITTER_P99_TARGET_US, row

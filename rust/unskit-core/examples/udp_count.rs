@@ -3,14 +3,15 @@
 //! `udp_count recv --port P --seconds S [--warmup W] [--rcvbuf BYTES]` binds 127.0.0.1:P
 //! (0: any free port), asks SO_RCVBUF, prints `{"port": .., "rcvbuf": ..}`, then only counts
 //! datagrams: the window opens W s after the first datagram and lasts S s (or ends when the
-//! sender has been silent for 0.5 s). It prints the count, the rate and the socket's drop
-//! counter from /proc/net/udp as one JSON line.
+//! sender has been silent for 0.5 s). It prints the count, the rate, the socket's drop
+//! counter from /proc/net/udp and its CPU time and run-queue wait over the window
+//! (/proc/self/schedstat) as one JSON line.
 //!
 //! `udp_count send --to HOST:PORT --frames FILE --size N --seconds S [--rate R]` sends the
 //! N-byte class-1 datagrams of FILE (concatenated) round and round from 127.0.0.1 for S s,
 //! at full speed or R datagrams/s, rewriting each one's 32-bit sequence number (bytes 10..14)
 //! and CIP sequence count (bytes 18..20) so both increase as a real producer's do. It
-//! prints what it sent as one JSON line.
+//! prints what it sent and its CPU time and run-queue wait as one JSON line.
 
 use std::collections::HashMap;
 use std::fs;
@@ -160,6 +161,13 @@ fn socket_drops(port: u16) -> Option<u64> {
     })
 }
 
+/// (ns on a CPU, ns runnable but waiting for one) of this process's main thread.
+fn schedstat() -> (u64, u64) {
+    let text = fs::read_to_string("/proc/self/schedstat").unwrap_or_default();
+    let mut cols = text.split_whitespace().map(|c| c.parse().unwrap_or(0));
+    (cols.next().unwrap_or(0), cols.next().unwrap_or(0))
+}
+
 fn recv(o: &Options) -> Result<(), String> {
     let port: u16 = o.get("port", Some(0))?;
     let seconds: f64 = o.get("seconds", None)?;
@@ -182,6 +190,7 @@ fn recv(o: &Options) -> Result<(), String> {
     let mut total = 1u64;
     let mut opened = false;
     let mut last = Instant::now();
+    let (mut cpu0, mut wait0) = (0, 0);
     loop {
         match socket.recv(&mut buf) {
             Ok(_) => total += 1,
@@ -195,11 +204,13 @@ fn recv(o: &Options) -> Result<(), String> {
             if !opened && last >= opens {
                 opened = true;
                 before = total;
+                (cpu0, wait0) = schedstat();
             } else if last >= closes {
                 break;
             }
         }
     }
+    let (cpu1, wait1) = schedstat();
     let (count, window) = if opened {
         (total - before, last.duration_since(opens).as_secs_f64())
     } else {
@@ -213,7 +224,10 @@ fn recv(o: &Options) -> Result<(), String> {
     let drops = socket_drops(port).map_or("null".into(), |d| d.to_string());
     emit(&format!(
         "{{\"count\": {count}, \"seconds\": {window:.6}, \"rate\": {rate:.1}, \
-         \"total\": {total}, \"drops\": {drops}, \"rcvbuf\": {rcvbuf}}}"
+         \"total\": {total}, \"drops\": {drops}, \"rcvbuf\": {rcvbuf}, \
+         \"cpu_ns\": {}, \"wait_ns\": {}}}",
+        cpu1.saturating_sub(cpu0),
+        wait1.saturating_sub(wait0)
     ))
 }
 
@@ -257,6 +271,7 @@ fn send(o: &Options) -> Result<(), String> {
         })
         .collect();
     let start = Instant::now();
+    let (cpu0, wait0) = schedstat();
     let end = start + Duration::from_secs_f64(seconds);
     let mut sent = 0u64;
     let mut errors = 0u64;
@@ -310,9 +325,12 @@ fn send(o: &Options) -> Result<(), String> {
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let (cpu1, wait1) = schedstat();
     emit(&format!(
         "{{\"sent\": {sent}, \"seconds\": {elapsed:.6}, \"rate\": {:.1}, \"errors\": {errors}, \
-         \"first_error\": {first_error:?}}}",
-        sent as f64 / elapsed
+         \"first_error\": {first_error:?}, \"cpu_ns\": {}, \"wait_ns\": {}}}",
+        sent as f64 / elapsed,
+        cpu1 - cpu0,
+        wait1 - wait0
     ))
 }
