@@ -8,7 +8,8 @@ that only counts the same datagrams (rust/unskit-core/examples/udp_count.rs); ta
 Ours counts end to end: datagrams decoded, less the share whose samples the engine's full
 sample queue dropped (queue_full). The row carries each thread's CPU per datagram or
 sample and its run-queue wait (/proc/.../schedstat): on two cores the sender keeps one
-busy, so these say what bounds each side. Then the same at a paced 20,000 datagrams/s for
+busy, so these say what bounds each side; one more run of ours with the cyclic GC off
+shows the poll loop's share that is CPython's GC. Then the same at a paced 20,000 datagrams/s for
 3 s: socket drops (/proc/net/udp) and engine drops, target 0. Both sockets ask SO_RCVBUF
 4 MiB (the kernel caps it at net.core.rmem_max; the row records both).
 (a2) The same stream consumed by the `ethernetip` package's pure-Python scanner
@@ -21,6 +22,7 @@ load for both); p99 |interval - 2 ms| < 0.5 ms.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import os
@@ -338,6 +340,13 @@ def test_t2o_datagrams_per_second(benchmark, ratio, udp_count: Path, frames: Pat
             # Rotate who goes first, so drift in machine load favours none.
             for impl in impls[round_ % 3 :] + impls[: round_ % 3]:
                 results[impl].append(runners[impl](udp_count, frames, WINDOW_S))
+        # A diagnosis, not a configuration: how much of the poll loop is CPython's cyclic
+        # GC walking the tuples poll returns.
+        gc.disable()
+        try:
+            results["ours_gc_disabled"] = run_ours(udp_count, frames, WINDOW_S)
+        finally:
+            gc.enable()
         results["paced_ours"] = run_ours(udp_count, frames, PACED_S, PACED_RATE)
         results["paced_anchor"] = run_anchor(udp_count, frames, PACED_S, PACED_RATE)
 
@@ -372,6 +381,10 @@ def test_t2o_datagrams_per_second(benchmark, ratio, udp_count: Path, frames: Pat
             statistics.median(r["cpu_ns"] / 1000 / max(1, r["sent"]) for r in senders), 3
         ),
         sender_rates=[round(r["rate"]) for r in senders],
+        ours_gc_disabled={
+            k: results["ours_gc_disabled"][k]
+            for k in ("rate", "samples_lost_in_window", "poll_us_per_sample", "cpu_share")
+        },
         ours_socket_drops=[r["socket_drops"] for r in results["ours"]],
         anchor_socket_drops=[r["drops"] for r in results["anchor"]],
         ours_engine_drops=[r["engine_drops"] for r in results["ours"]],
