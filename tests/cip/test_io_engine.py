@@ -4,9 +4,7 @@ T-to-O datagrams built with `unskit.cip.frames.build` and receives the O-to-T on
 from __future__ import annotations
 
 import errno
-import itertools
 import socket
-import statistics
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -195,14 +193,15 @@ def test_o2t_cadence_sequence_numbers_and_atomic_set_output(
     engine: _cip.IoEngine, target: socket.socket
 ) -> None:
     open_connection(engine, target, o2t_api_us=5_000, image=bytes(4))
-    got = o2t_datagrams(target, 40)
+    got = o2t_datagrams(target, 100)
     datagrams = [d for _, d in got]
-    assert [d.connection_id for d in datagrams] == [O2T] * 40
-    assert [d.sequence_number for d in datagrams] == list(range(1, 41))
+    assert [d.connection_id for d in datagrams] == [O2T] * 100
+    assert [d.sequence_number for d in datagrams] == list(range(1, 101))
     assert {d.cip_sequence for d in datagrams} == {1}
     assert all(d.run and d.data == bytes(4) for d in datagrams)
-    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(got)]
-    assert 0.0035 < statistics.median(gaps) < 0.0065, gaps
+    # 99 periods of 5 ms; a late first or last read of ours moves the span a little.
+    span = got[-1][0] - got[0][0]
+    assert 0.35 < span < 0.75, span
     # Two fields written at once land in one datagram: never one without the other.
     engine.set_output(1, b"\x11\x00\x22\x00")
     engine.set_output(1, b"\x11\x00\x22\x00")  # no change: the CIP count stays
@@ -220,7 +219,7 @@ def test_o2t_cadence_sequence_numbers_and_atomic_set_output(
     assert numbers == list(range(numbers[0], numbers[0] + len(numbers)))
     stats = engine.stats(1)
     assert stats["o2t_cip_sequence"] == 3
-    assert stats["datagrams_produced"] >= 41
+    assert stats["datagrams_produced"] >= 101
     assert stats["lateness_p50_us"] is not None
     assert stats["lateness_p50_us"] <= stats["lateness_p99_us"] <= stats["lateness_max_us"]
 
@@ -412,6 +411,9 @@ def test_a_flood_from_an_unknown_source_does_not_starve_a_good_connection(
                 seq += 1
                 target.sendto(t2o(seq, assembly(seq, 0.0, 0, False)), engine_addr)
                 next_good += 0.01
+    # The kernel may drop any datagram of the flood's, the last good one too: one more.
+    seq += 1
+    target.sendto(t2o(seq, assembly(seq, 0.0, 0, False)), engine_addr)
     stats = wait_stats(engine, 1, lambda s: s["last_sequence"] == seq, timeout=5.0)
     assert stats["state"] == "open"
     assert stats["watchdog_timeouts"] == 0
