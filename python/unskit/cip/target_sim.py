@@ -7,7 +7,8 @@ sharing no code with unskit's own CIP codecs (``unskit._core.cip``, ``unskit.cip
 
 - TCP encapsulation (port 44818 by default): RegisterSession, UnregisterSession,
   ListIdentity, and SendRRData carrying Forward Open (0x54), Large Forward Open (0x5B) and
-  Forward Close (0x4E) to the Connection Manager (class 6 instance 1).
+  Forward Close (0x4E) to the Connection Manager (class 6 instance 1), directly or inside
+  one Unconnected Send (0x52, its route path not checked).
 - The connection path is ``[34 04 key] 20 04 24 <config> 2C <O->T> 2C <T->O>`` (padded
   EPATH, 8- or 16-bit logical segments, an optional simple data segment 0x80 with
   configuration data). A zero electronic key matches anything; a non-zero one must match
@@ -75,6 +76,7 @@ __all__ = [
     "AssemblySpec",
     "CipTargetSim",
     "ConnectionInfo",
+    "demo_pattern",
     "main",
 ]
 
@@ -112,6 +114,7 @@ _ITEM_SEQUENCED_ADDRESS = 0x8002
 _FORWARD_OPEN = 0x54
 _LARGE_FORWARD_OPEN = 0x5B
 _FORWARD_CLOSE = 0x4E
+_UNCONNECTED_SEND = 0x52
 _GS_SUCCESS = 0x00
 _GS_CONNECTION_FAILURE = 0x01
 _GS_PATH_DESTINATION_UNKNOWN = 0x05
@@ -374,7 +377,7 @@ class CipTargetSim:
         self._tcp = self._udp = self._wake = self._selector = None
 
     def __enter__(self) -> CipTargetSim:
-        return self.start()
+        return self if self._thread is not None else self.start()
 
     def __exit__(
         self,
@@ -675,7 +678,11 @@ class CipTargetSim:
         return struct.pack("<IHH", 0, 0, len(out)) + encoded
 
     def _request(
-        self, session: _Session, message: bytes, t2o_sockaddr: bytes | None
+        self,
+        session: _Session,
+        message: bytes,
+        t2o_sockaddr: bytes | None,
+        routed: bool = False,
     ) -> tuple[bytes, list[tuple[int, bytes]]]:
         """A Message Router request to (reply, extra CPF items)."""
         if len(message) < 2 or len(message) < 2 + 2 * message[1]:
@@ -684,6 +691,13 @@ class CipTargetSim:
         path, data = message[2 : 2 + 2 * words], message[2 + 2 * words :]
         if path != b"\x20\x06\x24\x01":
             return _reply(service, _GS_PATH_DESTINATION_UNKNOWN), []
+        if service == _UNCONNECTED_SEND and not routed and len(data) >= 4:
+            # Routed to this very device (the route path is not checked): the reply is the
+            # embedded request's own (Vol. 1, 3-5.6.4).
+            size = struct.unpack_from("<H", data, 2)[0]
+            if len(data) >= 4 + size:
+                return self._request(session, data[4 : 4 + size], t2o_sockaddr, routed=True)
+            return _reply(service, _GS_NOT_ENOUGH_DATA), []
         if service not in (_FORWARD_OPEN, _LARGE_FORWARD_OPEN, _FORWARD_CLOSE):
             return _reply(service, _GS_SERVICE_NOT_SUPPORTED), []
         if service == _FORWARD_CLOSE:
@@ -966,9 +980,9 @@ class CipTargetSim:
 
 
 def demo_pattern(image: bytearray, tick: int, seconds: float) -> None:
-    """The demo animation: UDINT tick count at 0, REAL sine (period 10 s, amplitude 100) at 4,
-    tick count's low byte at 8 (bit n toggles every 2**n ticks); fields that do not fit are
-    left out."""
+    """Writes the demo pattern into `image` (see docs/configuration.md); what fits only."""
+    # UDINT tick count at 0, REAL sine (period 10 s, amplitude 100) at 4, the count's low
+    # byte at 8 (bit n toggles every 2**n ticks).
     if len(image) >= 4:
         struct.pack_into("<I", image, 0, tick & 0xFFFFFFFF)
     if len(image) >= 8:
@@ -1066,6 +1080,16 @@ def _assembly_option(text: str) -> tuple[int, AssemblySpec]:
         ) from None
 
 
+def _port_option(text: str) -> int:
+    try:
+        port = int(text, 0)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port 0..65535")
+    return port
+
+
 def _echo_option(text: str) -> tuple[int, int]:
     try:
         out, _, in_ = text.partition(":")
@@ -1081,8 +1105,12 @@ def _parser() -> argparse.ArgumentParser:
         "'READY tcp=PORT udp=PORT' when it listens; SIGTERM or SIGINT stops it (exit 0).",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
-    parser.add_argument("--tcp-port", type=int, default=DEFAULT_TCP_PORT, help="0: any free")
-    parser.add_argument("--udp-port", type=int, default=DEFAULT_UDP_PORT, help="0: any free")
+    parser.add_argument(
+        "--tcp-port", type=_port_option, default=DEFAULT_TCP_PORT, help="0: any free"
+    )
+    parser.add_argument(
+        "--udp-port", type=_port_option, default=DEFAULT_UDP_PORT, help="0: any free"
+    )
     parser.add_argument(
         "--assembly",
         action="append",
