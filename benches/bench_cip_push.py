@@ -212,7 +212,7 @@ def run_ours(binary: Path, frames: Path, seconds: float, rate: int = 0) -> dict[
 
             def drain() -> None:
                 while not stop.is_set():
-                    samples[0] += len(engine.poll(0.05).samples)
+                    samples[0] += len(engine.poll(0.05).ids)
 
             poller = threading.Thread(target=drain, name="bench-poll")
             poller.start()
