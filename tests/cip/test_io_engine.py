@@ -8,6 +8,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -434,3 +435,18 @@ def test_a_second_engine_cannot_share_the_port() -> None:
         assert refused.value.errno == errno.EADDRINUSE
     finally:
         first.shutdown()
+
+
+def test_the_io_thread_asks_for_a_short_scheduler_slice() -> None:
+    engine = _cip.IoEngine(bind_host="127.0.0.1", port=0)
+    try:
+        (task,) = [
+            t for t in Path("/proc/self/task").iterdir()
+            if (t / "comm").read_text().strip() == "unskit-cip-io"
+        ]  # fmt: skip
+        slices = [line for line in (task / "sched").read_text().splitlines() if "se.slice" in line]
+        if not slices:
+            pytest.skip("this kernel has no custom scheduler slices (Linux < 6.12)")
+        assert int(slices[0].split(":")[1]) == 100_000
+    finally:
+        engine.shutdown()

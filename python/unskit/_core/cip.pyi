@@ -204,15 +204,27 @@ def connection_status(general: int, extended: int | None = None) -> str: ...
 
 @final
 class IoBatch:
-    """Samples and watchdog expiries since the last poll."""
+    """Samples and watchdog expiries since the last poll, as columns (row i of each list is
+    one sample): key, signal id, value as InputPlan.decode gives it, ts_ms since the epoch,
+    run bit of the datagram (None for modeless)."""
 
     @property
+    def keys(self) -> list[int]: ...
+    @property
+    def ids(self) -> list[str]: ...
+    @property
+    def values(self) -> list[Any]: ...
+    @property
+    def ts_ms(self) -> list[int]: ...
+    @property
+    def runs(self) -> list[bool | None]: ...
+    @property
     def samples(self) -> list[tuple[int, str, Any, int, bool | None]]:
-        """(key, signal id, value as InputPlan.decode gives it, ts_ms since the epoch, run
-        bit of the datagram or None for modeless)."""
+        """The same as rows (key, id, value, ts_ms, run): a convenience, built on access."""
     @property
     def timed_out(self) -> list[int]:
         """Keys whose watchdog expired since the last poll (each reported once)."""
+    def __len__(self) -> int: ...
 
 @final
 class IoEngine:

@@ -105,7 +105,9 @@ class IoHub:
                     _log.exception("class-1 routing on port %d failed", self.port)
                 return
             by_key: dict[int, list[tuple[str, Any, int]]] = defaultdict(list)
-            for key, signal_id, value, ts_ms, _run in batch.samples:
+            for key, signal_id, value, ts_ms in zip(
+                batch.keys, batch.ids, batch.values, batch.ts_ms, strict=True
+            ):
                 by_key[key].append((signal_id, value, ts_ms))
             with self._lock:
                 routes = dict(self._routes)

@@ -793,12 +793,57 @@ fn tick(inner: &Inner, outgoing: &mut Vec<Outgoing>) -> Option<Instant> {
     next
 }
 
+/// The scheduler slice the I/O thread asks for (EEVDF, Linux 6.12+): how soon it may
+/// preempt a busy thread when its deadline wakes it. The default (0.75 ms x (1 + log2
+/// CPUs), 1.5 ms on two cores) was the whole p99 jitter of a 2 ms API under load.
+const IO_SLICE_NS: u64 = 100_000;
+
+/// `struct sched_attr`, its first version (48 bytes), as sched_setattr(2) reads it.
+#[repr(C)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+}
+
+/// Asks for [`IO_SLICE_NS`] under SCHED_OTHER at the thread's current nice value; a kernel
+/// without custom slices (or a sandbox that forbids the call) keeps the default, silently.
+fn request_short_slice() {
+    // SAFETY: getpriority reads this thread's nice value; sched_setattr reads a
+    // sched_attr of the size it names, which outlives the call. Neither touches memory
+    // of ours otherwise.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let nice = libc::getpriority(libc::PRIO_PROCESS, 0);
+        if nice == -1 && *libc::__errno_location() != 0 {
+            return;
+        }
+        let attr = SchedAttr {
+            size: std::mem::size_of::<SchedAttr>() as u32,
+            policy: libc::SCHED_OTHER as u32,
+            flags: 0,
+            nice,
+            priority: 0,
+            runtime: IO_SLICE_NS,
+            deadline: 0,
+            period: 0,
+        };
+        libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0);
+    }
+}
+
 fn run(inner: Arc<Inner>) {
     // SAFETY: prctl with PR_SET_TIMERSLACK takes one integer; it only narrows how late
     // this thread's timers may fire (default 50 us).
     unsafe {
         libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
     }
+    request_short_slice();
     let fds = [inner.socket.as_raw_fd(), inner.waker.as_raw_fd()];
     let mut buf = vec![0u8; 65536];
     let mut outgoing = Vec::new();
