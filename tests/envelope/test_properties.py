@@ -4,6 +4,7 @@ message that re-encodes to a message equal to itself; it never crashes."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -95,9 +96,11 @@ def test_protobuf_reads_what_we_write_and_we_read_what_it_writes(message: Messag
     parsed = envelope_classes().Envelope.FromString(message.to_bytes())
     theirs = parsed.SerializeToString(deterministic=True)
     assert Message.from_bytes(theirs) == message
-    if not _has_empty_map_key_or_value(message):
-        # prost leaves an empty key or value out of a map entry where protobuf writes it;
-        # apart from that the deterministic bytes are the same.
+    if not _has_empty_map_key_or_value(message) and not _has_prefix_keys(message):
+        # prost leaves an empty key or value out of a map entry where protobuf writes it,
+        # and protobuf's deterministic order puts "gh" before "g" (upb compares lengths
+        # the other way round when one key is a prefix of another); we write bytewise
+        # order. Apart from that the deterministic bytes are the same.
         assert theirs == message.to_bytes()
 
 
@@ -110,6 +113,21 @@ def _has_empty_map_key_or_value(message: Message) -> bool:
         return False
 
     return "" in message.tags.values() or walk(message.body)
+
+
+def _has_prefix_keys(message: Message) -> bool:
+    def prefixed(keys: list[str]) -> bool:
+        ordered = sorted(keys)
+        return any(b.startswith(a) for a, b in itertools.pairwise(ordered))
+
+    def walk(value: object) -> bool:
+        if isinstance(value, dict):
+            return prefixed(list(value)) or any(walk(v) for v in value.values())
+        if isinstance(value, list):
+            return any(walk(v) for v in value)
+        return False
+
+    return prefixed(list(message.tags)) or walk(message.body)
 
 
 @given(values)
