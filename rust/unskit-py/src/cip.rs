@@ -268,8 +268,9 @@ pub(crate) fn py_of_value<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound
 struct Collect(Vec<(usize, Vec<f64>)>);
 
 impl Sink for Collect {
-    fn publish(&mut self, field: usize, values: &[f64]) {
+    fn publish(&mut self, field: usize, values: &[f64]) -> bool {
         self.0.push((field, values.to_vec()));
+        true
     }
 }
 
@@ -284,10 +285,11 @@ struct Columns {
 
 impl Sink for Columns {
     #[inline]
-    fn publish(&mut self, field: usize, values: &[f64]) {
+    fn publish(&mut self, field: usize, values: &[f64]) -> bool {
         self.rows_datagram.push(self.datagram);
         self.rows_field.push(field as u32);
         self.values.extend_from_slice(values);
+        true
     }
 }
 

@@ -11,8 +11,9 @@ use unskit_core::signal::Deadband;
 struct Count(usize);
 
 impl Sink for Count {
-    fn publish(&mut self, _field: usize, values: &[f64]) {
+    fn publish(&mut self, _field: usize, values: &[f64]) -> bool {
         self.0 += values.len();
+        true
     }
 }
 

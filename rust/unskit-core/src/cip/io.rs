@@ -238,10 +238,10 @@ struct Enqueue<'a> {
 }
 
 impl Sink for Enqueue<'_> {
-    fn publish(&mut self, field: usize, values: &[f64]) {
+    fn publish(&mut self, field: usize, values: &[f64]) -> bool {
         if self.queue.len() >= self.capacity {
             self.full += 1;
-            return;
+            return false;
         }
         self.queue.push_back(Sample {
             key: self.key,
@@ -251,6 +251,7 @@ impl Sink for Enqueue<'_> {
             run: self.run,
         });
         self.queued += 1;
+        true
     }
 }
 
@@ -1326,6 +1327,10 @@ mod tests {
         assert_eq!(d.drain(2).0.len(), 2);
         assert_eq!(d.drain(10).0.len(), 1);
         assert_eq!(d.queued(), 0);
+        // The same data again: the field the full queue dropped is offered again (its
+        // last publication is the old value), the one that was queued is not.
+        let again = d.on_datagram(me, &dg(T2O, 3, &data(2, 100), true), t0, 0);
+        assert_eq!(again, Outcome::Accepted { key: 1, samples: 1 });
     }
 
     #[test]

@@ -254,7 +254,9 @@ fn compile(
 /// What [`InputPlan::decode`] hands out per field due for publication.
 pub trait Sink {
     /// Field `field` of the current datagram publishes `values` (scaled, one per element).
-    fn publish(&mut self, field: usize, values: &[f64]);
+    /// False when the sink could not take them: the plan then keeps the field's last
+    /// publication as it was, so the next datagram offers the field again.
+    fn publish(&mut self, field: usize, values: &[f64]) -> bool;
 }
 
 /// A T-to-O assembly's fields, their gates and last publication times.
@@ -347,31 +349,17 @@ impl InputPlan {
             }
             let first_time = self.published_ms[index].is_none();
             let last = &mut self.last[field.first..field.first + field.count];
-            let publish = if field.count == 1 {
-                let value = field.scaling.apply(field.read_raw(data, 0));
-                let ok = first_time || field.always || field.deadband.passes(last[0], value);
-                if ok {
-                    last[0] = value;
-                    sink.publish(index, std::slice::from_ref(&last[0]));
-                }
-                ok
-            } else {
-                self.scratch.clear();
-                self.scratch
-                    .extend((0..field.count).map(|k| field.scaling.apply(field.read_raw(data, k))));
-                let ok = first_time
-                    || field.always
-                    || last
-                        .iter()
-                        .zip(&self.scratch)
-                        .any(|(&l, &v)| field.deadband.passes(l, v));
-                if ok {
-                    last.copy_from_slice(&self.scratch);
-                    sink.publish(index, last);
-                }
-                ok
-            };
-            if publish {
+            self.scratch.clear();
+            self.scratch
+                .extend((0..field.count).map(|k| field.scaling.apply(field.read_raw(data, k))));
+            let due = first_time
+                || field.always
+                || last
+                    .iter()
+                    .zip(&self.scratch)
+                    .any(|(&l, &v)| field.deadband.passes(l, v));
+            if due && sink.publish(index, &self.scratch) {
+                last.copy_from_slice(&self.scratch);
                 self.published_ms[index] = Some(now_ms);
             }
         }
@@ -591,8 +579,9 @@ mod tests {
     struct Collect(Vec<(usize, Vec<f64>)>);
 
     impl Sink for Collect {
-        fn publish(&mut self, field: usize, values: &[f64]) {
+        fn publish(&mut self, field: usize, values: &[f64]) -> bool {
             self.0.push((field, values.to_vec()));
+            true
         }
     }
 
