@@ -54,8 +54,8 @@ fmt: venv
 # FUZZ_SECS per target; needs `rustup toolchain install nightly` and `cargo install cargo-fuzz`.
 FUZZ_SECS ?= 60
 fuzz:
-	cd rust/unskit-core && for t in class1_datagram plan_decode; do \
-		cargo +nightly fuzz run --release $$t -- -max_total_time=$(FUZZ_SECS) -max_len=256; done
+	cd rust/unskit-core && for t in class1_datagram plan_decode forward_open_reply envelope_decode json_value; do \
+		cargo +nightly fuzz run --release $$t -- -max_total_time=$(FUZZ_SECS) -max_len=4096; done
 
 system-deps:
 	scripts/install-system-deps
