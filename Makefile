@@ -10,13 +10,14 @@ export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 # Extras of pyproject.toml the tests, lint and benchmarks need.
 EXTRAS := embedded,egress,opcua,test,lint,bench
 
-.PHONY: help demo test test-unit lint fmt bench fuzz system-deps venv build clean
+.PHONY: help demo test test-unit lint fmt bench soak fuzz system-deps venv build clean
 
 help:
 	@echo "make demo   build, then run the edge demo (broker, PLC, cameras, egress) until Ctrl-C"
 	@echo "make test   install what tests need, build, lint, cargo test, pytest"
 	@echo "make test-unit  the unit tier alone (no network, no processes): the edit-test loop"
 	@echo "make bench  benchmarks, ours beside each anchor (writes benches/results.json)"
+	@echo "make soak   the demo stack for SOAK_SECS (600) with a leak check (a results.json row)"
 	@echo "make lint   ruff, mypy --strict, stubtest, cargo fmt --check, clippy"
 	@echo "make fmt    format Python and Rust"
 	@echo "make fuzz   bounded cargo-fuzz runs of the CIP parsers (nightly, cargo-fuzz)"
@@ -37,6 +38,11 @@ test-unit: build
 bench: system-deps build
 	$(PY) -m pytest benches --benchmark-only -p no:randomly -q
 	$(PY) benches/report.py
+
+# The demo stack for SOAK_SECS while RSS, fds, threads and SQLite sizes are sampled.
+SOAK_SECS ?= 600
+soak: system-deps build
+	$(PY) benches/soak.py --seconds $(SOAK_SECS)
 
 lint: build
 	ruff check python tests benches
