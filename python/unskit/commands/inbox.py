@@ -469,6 +469,13 @@ _INTERNAL_ERROR = CommandError(ErrorCode.BACKEND_ERROR, "internal error; see the
 
 
 def _body_object(request: Message) -> Mapping[str, Any]:
+    content_type = request.content_type
+    if content_type is not None and not _is_json(content_type):
+        # A body declared as something else is not the command its sender meant to send.
+        raise bad_args(
+            f"the body's content type {content_type[:80]!r} is not JSON; "
+            "a command body is a JSON object"
+        )
     body = request.body
     if body is None:
         return {}
@@ -480,6 +487,11 @@ def _body_object(request: Message) -> Mapping[str, Any]:
     if size > MAX_BODY_BYTES:
         raise bad_args(f"the body is {size} bytes; the bound is {MAX_BODY_BYTES}")
     return body
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.partition(";")[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
 
 
 def _arguments(body: Mapping[str, Any]) -> dict[str, Any]:
