@@ -64,6 +64,8 @@ class InboxStats:
     #: Requests without a reply_to (run when immediate) or with a refused one (not run):
     #: nobody can be answered.
     unanswerable: int = 0
+    #: Requests the full queue could not take, answered RESOURCE_LIMIT at once (not run).
+    busy: int = 0
 
 
 class _Held:
@@ -103,6 +105,11 @@ class CommandInbox:
         self._stamp = stamp
         self._max_concurrency = max_concurrency
         self._max_queued = max_queued
+        self._busy = CommandError(
+            ErrorCode.RESOURCE_LIMIT,
+            f"the command inbox is full ({max_queued} requests wait for a worker); not run, "
+            "retry later",
+        ).to_body()
         self._cursors = CursorBook(ttl_seconds=cursor_ttl_seconds)
         self._on_outcome = on_outcome
         # A request older than this (by its header timestamp) is refused unrun; 0: never.
@@ -162,6 +169,7 @@ class CommandInbox:
                 self._on_request,
                 max_concurrency=self._max_concurrency,
                 max_messages=self._max_queued,
+                on_overflow=self._on_overflow,
             )
         _log.info("command inbox on %s and %s", *self.filters)
         return self
@@ -215,6 +223,16 @@ class CommandInbox:
             outcome = CommandError(ErrorCode.BACKEND_ERROR, "internal error; see the log").to_body()
         if outcome is not None:
             self._answer(held, outcome)
+
+    def _on_overflow(self, topic: str, request: Message) -> None:
+        # On the network thread, for a request the full queue refuses: no check, no handler,
+        # no store; only a reply built and queued without blocking. A reply that cannot be
+        # queued raises, and the subscription counts it in its rate-limited drop line.
+        held = _Held(request, topic.rpartition("/")[2])
+        with self._lock:
+            self.stats.requests += 1
+            self.stats.busy += 1
+        self._answer(held, self._busy, raise_unsent=True)
 
     def _serve(self, topic: str, request: Message, held: _Held) -> Mapping[str, Any] | None:
         """The reply body, or None when the reply is held for later."""
@@ -399,7 +417,9 @@ class CommandInbox:
 
         future.add_done_callback(done)
 
-    def _answer(self, held: _Held, outcome: Mapping[str, Any]) -> None:
+    def _answer(
+        self, held: _Held, outcome: Mapping[str, Any], *, raise_unsent: bool = False
+    ) -> None:
         try:
             reply = MessageBuilder(REPLY_NAME, "1.0", self._stamp).body(dict(outcome)).build()
         except EnvelopeError as error:
@@ -424,6 +444,8 @@ class CommandInbox:
             # False when the request has no reply_to or a refused one; messaging logs it.
             sent = self._messaging.reply(held.request, reply)
         except UnskitError as error:
+            if raise_unsent:
+                raise
             _log.warning("sb/%s: reply not sent: %s", held.verb, error)
             return
         if not sent:
@@ -447,6 +469,13 @@ _INTERNAL_ERROR = CommandError(ErrorCode.BACKEND_ERROR, "internal error; see the
 
 
 def _body_object(request: Message) -> Mapping[str, Any]:
+    content_type = request.content_type
+    if content_type is not None and not _is_json(content_type):
+        # A body declared as something else is not the command its sender meant to send.
+        raise bad_args(
+            f"the body's content type {content_type[:80]!r} is not JSON; "
+            "a command body is a JSON object"
+        )
     body = request.body
     if body is None:
         return {}
@@ -458,6 +487,11 @@ def _body_object(request: Message) -> Mapping[str, Any]:
     if size > MAX_BODY_BYTES:
         raise bad_args(f"the body is {size} bytes; the bound is {MAX_BODY_BYTES}")
     return body
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.partition(";")[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
 
 
 def _arguments(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -131,9 +131,13 @@ class MessagingClient:
         callback: Handler,
         max_concurrency: int | None = None,
         max_messages: int | None = None,
+        on_overflow: Handler | None = None,
     ) -> None:
-        """Calls `callback(topic, message)` on worker threads for each envelope received."""
-        self._local.subscribe(topic_filter, callback, None, max_concurrency, max_messages)
+        """Calls `callback(topic, message)` on worker threads for each envelope received;
+        `on_overflow(topic, message)`, on the network thread, for one the full queue drops."""
+        self._local.subscribe(
+            topic_filter, callback, None, max_concurrency, max_messages, on_overflow
+        )
 
     def subscribe_northbound(
         self,
@@ -142,10 +146,11 @@ class MessagingClient:
         qos: QoS,
         max_concurrency: int | None = None,
         max_messages: int | None = None,
+        on_overflow: Handler | None = None,
     ) -> None:
         """`subscribe` on the northbound broker, with an explicit QoS."""
         self._require_northbound().subscribe(
-            topic_filter, callback, qos, max_concurrency, max_messages
+            topic_filter, callback, qos, max_concurrency, max_messages, on_overflow
         )
 
     def unsubscribe(self, topic_filter: str) -> None:

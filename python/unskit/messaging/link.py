@@ -257,11 +257,16 @@ class Link:
         qos: QoS | None,
         max_concurrency: int | None,
         max_messages: int | None,
+        on_overflow: Handler | None = None,
     ) -> None:
         """Adds a subscription and subscribes the transport; a filter may be used once."""
         _check_filter(topic_filter)
         subscription = Subscription(
-            topic_filter, handler, max_concurrency=max_concurrency, max_messages=max_messages
+            topic_filter,
+            handler,
+            max_concurrency=max_concurrency,
+            max_messages=max_messages,
+            on_overflow=on_overflow,
         )
         with self._lock:
             if topic_filter in self.subscriptions:

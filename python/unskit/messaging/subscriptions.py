@@ -38,6 +38,7 @@ class Subscription:
         *,
         max_concurrency: int | None = None,
         max_messages: int | None = None,
+        on_overflow: Handler | None = None,
     ) -> None:
         if max_messages is not None and max_messages < 1:
             raise ValueError(f"max_messages must be at least 1, not {max_messages}")
@@ -48,6 +49,9 @@ class Subscription:
             max_concurrency if max_concurrency is not None and max_concurrency > 0 else None
         )
         self.max_messages = max_messages or DEFAULT_MAX_MESSAGES
+        # Called on the network thread for a message the full queue refuses (the command
+        # inbox answers it busy): it must be quick and must not block.
+        self._on_overflow = on_overflow
         # A C-level queue bounded by our own check: only the link's network thread offers.
         # None is the stop sentinel, queued behind what is left to handle.
         self._queue: queue.SimpleQueue[tuple[str, Message] | None] = queue.SimpleQueue()
@@ -59,6 +63,8 @@ class Subscription:
         self.delivered = 0
         self.dropped = 0
         self.failed = 0
+        #: Dropped messages whose overflow handler raised.
+        self.overflow_failed = 0
 
     def matches(self, topic: str) -> bool:
         """Whether `topic` falls under this subscription's filter."""
@@ -80,20 +86,12 @@ class Subscription:
         return self._queue.qsize()
 
     def offer(self, topic: str, message: Message) -> bool:
-        """Enqueues without blocking; a full queue drops the message (counted, logged)."""
+        """Enqueues without blocking; a full queue drops the message (counted, logged) after
+        handing it to the overflow handler, if any."""
         if self._closing:
             return False
         if self._queue.qsize() >= self.max_messages:
-            with self._lock:
-                self.dropped += 1
-                dropped = self.dropped
-            if dropped == 1 or dropped % DROP_LOG_EVERY == 0:
-                _log.warning(
-                    "subscription %r: queue of %d full, dropped %d messages so far",
-                    self.topic_filter,
-                    self.max_messages,
-                    dropped,
-                )
+            self._overflow(topic, message)
             return False
         self._queue.put((topic, message))
         # Unlocked first look: the common cases (a worker idle, or all busy at the cap)
@@ -106,6 +104,29 @@ class Subscription:
                         target=self._work, name=f"unskit-sub-{self.topic_filter}", daemon=True
                     ).start()
         return True
+
+    def _overflow(self, topic: str, message: Message) -> None:
+        error: Exception | None = None
+        if self._on_overflow is not None:
+            try:
+                self._on_overflow(topic, message)
+            except Exception as raised:
+                # Never raised into the network thread; counted, and shown in the drop line.
+                error = raised
+        with self._lock:
+            self.dropped += 1
+            dropped = self.dropped
+            if error is not None:
+                self.overflow_failed += 1
+        if dropped == 1 or dropped % DROP_LOG_EVERY == 0:
+            _log.warning(
+                "subscription %r: queue of %d full, dropped %d messages so far%s%s",
+                self.topic_filter,
+                self.max_messages,
+                dropped,
+                "" if self._on_overflow is None else " (each handed to its overflow handler)",
+                "" if error is None else f"; the overflow handler failed: {error!r}",
+            )
 
     def close(self, timeout: float | None = None) -> bool:
         """Lets the workers finish what is queued; True when they all left within `timeout`.
