@@ -32,7 +32,11 @@ class Switch:
     def __init__(self) -> None:
         self.up = threading.Event()
         self.up.set()
+        #: Set: the device accepts a session and ends it at the first read, as a controller
+        #: does on a request it cannot parse.
+        self.drop = threading.Event()
         self.connects = 0
+        self.connect_times: list[float] = []
         self.probes = 0
         self.reads = 0
 
@@ -44,6 +48,7 @@ class SwitchedDriver(SimDriver):
 
     def connect(self, deadline_s: float) -> None:
         self.switch.connects += 1
+        self.switch.connect_times.append(time.monotonic())
         if not self.switch.up.is_set():
             raise DeviceError("connection refused (test switch off)")
         super().connect(deadline_s)
@@ -52,6 +57,8 @@ class SwitchedDriver(SimDriver):
         self.switch.reads += 1
         if not self.switch.up.is_set():
             raise DeviceError("connection reset (test switch off)", connection_lost=True)
+        if self.switch.drop.is_set():
+            raise DeviceError("session ended by the device (test drop)", connection_lost=True)
         return super().read(group)
 
     def probe(self) -> None:
@@ -88,6 +95,9 @@ class PushedDriver(SwitchedDriver):
         while not stop.wait(0.02):
             if not self.switch.up.is_set():
                 sink.lost(DeviceError("session closed by the server (test switch off)"))
+                return
+            if self.switch.drop.is_set():
+                sink.lost(DeviceError("session ended by the device (test drop)"))
                 return
             now = time.time()
             sink.deliver(

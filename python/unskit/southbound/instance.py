@@ -102,7 +102,12 @@ class InstanceRunner:
             self._state = InstanceState.FAILED
             self._last_error = str(spec.unavailable)
         self._connected_since: float | None = None
+        #: Failed cycles since the connection last proved itself; sizes the backoff window.
         self._attempt = 0
+        #: When the next connect may start (None: now); set by every failure.
+        self._retry_at: float | None = None
+        #: Whether the current connection has proved itself (see `_proved`).
+        self._proven = False
         #: The inbox of the current connection of a push source (None when polled).
         self._inbox: PushInbox | None = None
         self._thread = threading.Thread(target=self._run, name=f"sb-{spec.id}", daemon=True)
@@ -283,6 +288,7 @@ class InstanceRunner:
                         self._guard(self.driver.probe)
                     except DeviceError:
                         continue
+                    self._proved()
             else:
                 for group_id, due in next_due.items():
                     if now >= due and self.connected:
@@ -330,6 +336,7 @@ class InstanceRunner:
                     self._guard(driver.probe)
                 except DeviceError:
                     continue
+                self._proved()
             self._publish(time.monotonic(), flush=False)
             self._set_gauges()
             wakes = [w for w in (next_maintain, self._table.next_window()) if w is not None]
@@ -364,6 +371,8 @@ class InstanceRunner:
         dropped = inbox.take_dropped()
         if dropped:
             self._context.counter(self.spec.id, "samplesDropped", None).inc(dropped)
+        if readings or alive or dropped:
+            self._proved()
         if readings and not self._paused:
             self._table.accept(readings, int(time.time() * 1000), now)
         if alive and not self._paused:
@@ -392,39 +401,60 @@ class InstanceRunner:
         return max(0.0, min(wakes, default=now + 1.0) - now)
 
     def _connect(self, establish: Callable[[float], None] | None = None) -> bool:
-        """Opens the session (and, for a push source, what makes it send); on failure the
-        driver is closed and the thread backs off with jitter before returning False."""
+        """Waits out the backoff window of the last failure, then opens the session (and, for
+        a push source, what makes it send); on failure the driver is closed and False returned."""
+        if self._retry_at is not None:
+            self._state = InstanceState.BACKOFF
+            self._hold_off(self._retry_at)
+            if self._stop.is_set():
+                return False
+            self._retry_at = None
         self._state = InstanceState.CONNECTING
-        timing = self.spec.timing
         try:
-            (establish or self.driver.connect)(timing.connect_ms / 1000)
+            (establish or self.driver.connect)(self.spec.timing.connect_ms / 1000)
         except DeviceError as error:
             self._lost(error)
             self.driver.close()
             self._set_gauges()
-            ceiling = min(
-                timing.reconnect_backoff_max_ms,
-                timing.reconnect_backoff_min_ms * 2 ** min(self._attempt, 30),
-            )
-            self._attempt += 1
-            delay = self._rng.uniform(timing.reconnect_backoff_min_ms, ceiling) / 1000
-            self._state = InstanceState.BACKOFF
-            _log.info("instance %s: reconnect in %.2f s", self.spec.id, delay)
-            deadline = time.monotonic() + delay
-            while not self._stop.is_set() and time.monotonic() < deadline:
-                self._fail_jobs(
-                    CommandError(ErrorCode.DEVICE_UNAVAILABLE, f"not connected: {error}")
-                )
-                self._wake.wait(max(0.0, deadline - time.monotonic()))
-                self._wake.clear()
             return False
-        self._attempt = 0
+        # The window and the alarm stay until the connection proves itself (`_proved`): a
+        # device that accepts and then drops every session is a failure, not a recovery.
+        self._proven = False
         self._state = InstanceState.CONNECTED
         self._connected_since = time.monotonic()
         self._last_error = ""
         _log.info("instance %s: connected to %s", self.spec.id, self.spec.endpoint)
-        self._context.clear_alarm(DEVICE_UNREACHABLE, self.spec.id)
         return True
+
+    def _proved(self) -> None:
+        """The connection answered (a good poll or probe, data pushed): resets the backoff
+        and clears the unreachable alarm, once per connection."""
+        if self._proven or not self.connected:
+            return
+        self._proven = True
+        self._attempt = 0
+        self._context.clear_alarm(DEVICE_UNREACHABLE, self.spec.id)
+
+    def _hold_off(self, deadline: float) -> None:
+        """Sleeps until the deadline (or stop), refusing the verbs' device work meanwhile."""
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            self._fail_jobs(
+                CommandError(ErrorCode.DEVICE_UNAVAILABLE, f"not connected: {self._last_error}")
+            )
+            self._wake.wait(max(0.0, deadline - time.monotonic()))
+            self._wake.clear()
+
+    def _schedule_retry(self) -> None:
+        """Opens the next backoff window: doubling per failed cycle, jittered, capped."""
+        timing = self.spec.timing
+        ceiling = min(
+            timing.reconnect_backoff_max_ms,
+            timing.reconnect_backoff_min_ms * 2 ** min(self._attempt, 30),
+        )
+        self._attempt += 1
+        delay = self._rng.uniform(timing.reconnect_backoff_min_ms, ceiling) / 1000
+        self._retry_at = time.monotonic() + delay
+        _log.info("instance %s: reconnect in %.2f s", self.spec.id, delay)
 
     def _lost(self, error: DeviceError) -> None:
         was_connected = self.connected
@@ -435,6 +465,8 @@ class InstanceRunner:
         if was_connected:
             self._context.counter(self.spec.id, "reconnects", None).inc()
             self.driver.close()
+        if self._retry_at is None:
+            self._schedule_retry()
         _log.warning("instance %s: device unreachable: %s", self.spec.id, error)
         self._context.raise_alarm(
             DEVICE_UNREACHABLE,
@@ -462,6 +494,7 @@ class InstanceRunner:
             _log.debug("instance %s: read of %s failed: %s", self.spec.id, group.id, error)
             return
         counter(self.spec.id, "reads", group.id).inc()
+        self._proved()
         bad = sum(1 for reading in readings if reading.quality.value != "GOOD")
         if bad:
             counter(self.spec.id, "readErrors", group.id).inc(bad)
