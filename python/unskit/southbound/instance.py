@@ -106,8 +106,10 @@ class InstanceRunner:
         self._attempt = 0
         #: When the next connect may start (None: now); set by every failure.
         self._retry_at: float | None = None
-        #: Whether the current connection has proved itself (see `_proved`).
+        #: Whether the current connection has proved itself, and whether the device has
+        #: answered on it yet (see `_settle`).
         self._proven = False
+        self._answered = False
         #: The inbox of the current connection of a push source (None when polled).
         self._inbox: PushInbox | None = None
         self._thread = threading.Thread(target=self._run, name=f"sb-{spec.id}", daemon=True)
@@ -288,7 +290,7 @@ class InstanceRunner:
                         self._guard(self.driver.probe)
                     except DeviceError:
                         continue
-                    self._proved()
+                    self._settle(answered=True)
             else:
                 for group_id, due in next_due.items():
                     if now >= due and self.connected:
@@ -336,10 +338,16 @@ class InstanceRunner:
                     self._guard(driver.probe)
                 except DeviceError:
                     continue
-                self._proved()
+                self._settle(answered=True)
+            # Pushed data proves the connection once it has stayed up a window since.
+            self._settle(answered=False)
             self._publish(time.monotonic(), flush=False)
             self._set_gauges()
-            wakes = [w for w in (next_maintain, self._table.next_window()) if w is not None]
+            wakes = [
+                w
+                for w in (next_maintain, self._table.next_window(), self._proof_due())
+                if w is not None
+            ]
             if self._paused:
                 wakes.append(next_probe)
             timeout = max(0.0, min(wakes) - time.monotonic()) if wakes else 1.0
@@ -371,14 +379,14 @@ class InstanceRunner:
         dropped = inbox.take_dropped()
         if dropped:
             self._context.counter(self.spec.id, "samplesDropped", None).inc(dropped)
-        if readings or alive or dropped:
-            self._proved()
         if readings and not self._paused:
             self._table.accept(readings, int(time.time() * 1000), now)
         if alive and not self._paused:
             self._table.touch(alive, now)
         if lost is not None and self.connected:
             self._lost(lost)
+        if readings or alive or dropped:
+            self._settle(answered=True)
         return maintain
 
     def _detach_inbox(self) -> None:
@@ -417,23 +425,34 @@ class InstanceRunner:
             self.driver.close()
             self._set_gauges()
             return False
-        # The window and the alarm stay until the connection proves itself (`_proved`): a
+        # The window and the alarm stay until the connection proves itself (`_settle`): a
         # device that accepts and then drops every session is a failure, not a recovery.
-        self._proven = False
+        self._proven = self._answered = False
         self._state = InstanceState.CONNECTED
         self._connected_since = time.monotonic()
         self._last_error = ""
         _log.info("instance %s: connected to %s", self.spec.id, self.spec.endpoint)
         return True
 
-    def _proved(self) -> None:
-        """The connection answered (a good poll or probe, data pushed): resets the backoff
-        and clears the unreachable alarm, once per connection."""
+    def _settle(self, *, answered: bool) -> None:
+        """Notes an answer of the device (a good poll or probe, pushed data); once the device
+        has answered and the connection has stayed up one `reconnectBackoffMinMs` window, the
+        connection has proved itself: the backoff resets and the unreachable alarm clears."""
         if self._proven or not self.connected:
+            return
+        self._answered = self._answered or answered
+        due = self._proof_due()
+        if due is None or time.monotonic() < due:
             return
         self._proven = True
         self._attempt = 0
         self._context.clear_alarm(DEVICE_UNREACHABLE, self.spec.id)
+
+    def _proof_due(self) -> float | None:
+        """When an answered, not yet proven connection will have stayed up long enough."""
+        if self._proven or not self._answered or self._connected_since is None:
+            return None
+        return self._connected_since + self.spec.timing.reconnect_backoff_min_ms / 1000
 
     def _hold_off(self, deadline: float) -> None:
         """Sleeps until the deadline (or stop), refusing the verbs' device work meanwhile."""
@@ -494,7 +513,7 @@ class InstanceRunner:
             _log.debug("instance %s: read of %s failed: %s", self.spec.id, group.id, error)
             return
         counter(self.spec.id, "reads", group.id).inc()
-        self._proved()
+        self._settle(answered=True)
         bad = sum(1 for reading in readings if reading.quality.value != "GOOD")
         if bad:
             counter(self.spec.id, "readErrors", group.id).inc(bad)
