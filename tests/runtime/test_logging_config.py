@@ -15,6 +15,7 @@ import pytest
 
 from unskit.config.model import DEFAULT_PYTHON_FORMAT, LoggingConfig, parse_size
 from unskit.config.platform import Platform
+from unskit.errors import ConfigError
 from unskit.runtime.logging_config import LIBRARY_LOGGERS, configure_logging
 
 DEFAULT_TEXT_LINE = re.compile(
@@ -441,6 +442,17 @@ def test_file_logging_is_not_installed_with_the_json_sink(tmp_path, platform, ca
         isinstance(h, logging.handlers.RotatingFileHandler) for h in logging.getLogger().handlers
     )
     assert json_lines(capsys.readouterr().out)[0]["message"] == "json only"
+
+
+def test_a_log_file_that_cannot_be_opened_is_a_configuration_error(tmp_path, capsys):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    configure_logging({"python_format": "json"})
+    with pytest.raises(ConfigError, match=r"\$\.logging\.fileLogging\.filePath: cannot be opened"):
+        configure_logging({"fileLogging": {"enabled": True, "filePath": str(blocker / "c.log")}})
+    logging.getLogger("unskit.test.keep").warning("still json")
+    [line] = json_lines(capsys.readouterr().out)
+    assert line["message"] == "still json", "the previous setup stays"
 
 
 def test_reconfigure_closes_the_previous_file_handler(tmp_path):

@@ -34,6 +34,7 @@ from typing import Any, TextIO
 
 from unskit.config.model import LoggingConfig, log_level
 from unskit.config.platform import Platform
+from unskit.errors import ConfigError, ConfigIssue
 
 __all__ = ["LIBRARY_LOGGERS", "JsonFormatter", "LoggingConfig", "configure_logging"]
 
@@ -74,8 +75,8 @@ def configure_logging(
 
     `config` is a `LoggingConfig`, or the raw section (None = all defaults), parsed with
     `LoggingConfig.from_section` for `platform`; a bad section raises ValueError naming its
-    key and changes nothing. A `LoggingConfig` already has its effective format, so
-    `platform` is not consulted for it.
+    key, a log file that cannot be opened ConfigError, and either changes nothing. A
+    `LoggingConfig` already has its effective format, so `platform` is not consulted for it.
     """
     # Everything is validated before anything changes: a bad reload keeps the old setup.
     settings = (
@@ -98,11 +99,13 @@ def configure_logging(
         handlers.append(text_handler)
         files = settings.file_logging
         if files.enabled and files.file_path is not None:
-            path = Path(files.file_path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            file_handler = logging.handlers.RotatingFileHandler(
-                path, maxBytes=files.max_file_size, backupCount=files.backup_count, encoding="utf-8"
-            )
+            try:
+                file_handler = _file_handler(
+                    Path(files.file_path), files.max_file_size, files.backup_count
+                )
+            except ConfigError:
+                text_handler.close()
+                raise
             file_handler.setFormatter(logging.Formatter(settings.format))
             handlers.append(file_handler)
 
@@ -122,6 +125,20 @@ def configure_logging(
             logging.getLogger(name).setLevel(level)
         _configured_loggers.clear()
         _configured_loggers.update(logger_levels)
+
+
+def _file_handler(path: Path, max_bytes: int, backups: int) -> logging.Handler:
+    """The rotating file sink; a path that cannot be opened is a configuration error."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return logging.handlers.RotatingFileHandler(
+            path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
+        )
+    except OSError as error:
+        reason = error.strerror or str(error)
+        where = f": {error.filename}" if error.filename else ""
+        issue = ConfigIssue("$.logging.fileLogging.filePath", f"cannot be opened ({reason}{where})")
+        raise ConfigError([issue]) from None
 
 
 class JsonFormatter(logging.Formatter):
