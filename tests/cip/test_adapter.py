@@ -309,3 +309,49 @@ def test_instances_named_like_reserved_classes_publish_their_signals(start_cip) 
         assert message.body["samples"][0]["quality"] == "GOOD"
         status = adapter.client.call("status", instance=name)
         assert (status["state"], status["counters"]["publishErrors"]) == ("connected", 0)
+
+
+def test_an_unknown_tag_that_ends_the_session_is_bad_while_the_others_publish(
+    start_cip, logix: LogixSimulator
+) -> None:
+    # Unconnected mode: cpppo answers a Read Tag of a tag it does not know with a bare
+    # encapsulation header (status 0x0008) and ends the session.
+    adapter = start_cip(
+        [
+            plc_instance(
+                "plc-1",
+                logix.endpoint,
+                plc_signal("Temp", "REAL"),
+                plc_signal("Nope", "REAL"),
+            )
+        ]
+    )
+    alarm_topic = adapter.runtime.topics.topic(
+        "evt", "error", "device-unreachable", instance="plc-1"
+    )
+
+    def view(signal_id: str) -> dict:
+        (signal,) = [s for s in adapter.client.call("signals")["items"] if s["id"] == signal_id]
+        return signal
+
+    def nope() -> dict:
+        return view("Nope")
+
+    def reads() -> int:
+        return adapter.client.call("status", instance="plc-1")["counters"]["reads"]
+
+    wait_until(lambda: (nope()["status"] or "").startswith("refused by the device"), 15, "BAD")
+    assert nope()["quality"] == "BAD"
+    assert "0x0008" in nope()["status"]
+    assert "does the tag exist?" in nope()["status"]
+    before = reads()
+    wait_until(lambda: reads() >= before + 10, 15, "ten more polls")
+    assert view("Temp")["quality"] == "GOOD"
+    assert updates(adapter, "plc-1", "temp")[-1].body["samples"][-1]["quality"] == "GOOD"
+    status = adapter.client.call("status", instance="plc-1")
+    assert status["connected"] is True
+    reconnects = status["counters"]["reconnects"]
+    assert reconnects <= 1, "the session ended once, on the first request for Nope"
+    wait_until(lambda: len(adapter.seen.on(alarm_topic)) >= 2, 10, "the alarm's clear")
+    assert [m.body["state"] for m in adapter.seen.on(alarm_topic)] == ["raised", "cleared"]
+    assert adapter.client.call("status", instance="plc-1")["counters"]["reconnects"] == reconnects

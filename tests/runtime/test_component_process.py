@@ -148,6 +148,42 @@ def test_bad_configuration_exits_2_and_starts_nothing(tmp_path):
     assert probe(health_port, "/livez") is None
 
 
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "unskit.cli", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_configuration_refused_at_start_up_is_one_line_without_a_traceback(tmp_path, broker):
+    # The ethernet-ip-adapter refuses, once messaging is up, a document with no valid instance.
+    path = tmp_path / "cip.json"
+    document = json.loads(write_config(tmp_path, broker.plain_port, free_port()).read_text())
+    document["component"] = {"instances": [{"id": "press-1", "adapter": "sim"}]}
+    path.write_text(json.dumps(document))
+    result = run_cli("ethernet-ip-adapter", "-c", str(path), "-t", "gw-01")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    [line] = [x for x in result.stderr.splitlines() if "no valid instance" in x]
+    assert line.startswith("unskit run ethernet-ip-adapter: configuration error:"), line
+
+
+def test_a_log_file_that_cannot_be_opened_is_one_line_and_exit_2(tmp_path, broker):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    document = json.loads(write_config(tmp_path, broker.plain_port, free_port()).read_text())
+    document["logging"] = {"fileLogging": {"enabled": True, "filePath": f"{blocker}/echo.log"}}
+    path = tmp_path / "echo-file.json"
+    path.write_text(json.dumps(document))
+    result = run_cli("echo", "-c", str(path), "-t", "gw-01")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    [line] = [x for x in result.stderr.splitlines() if "fileLogging" in x]
+    assert "$.logging.fileLogging.filePath: cannot be opened" in line, line
+
+
 @pytest.mark.integration
 def test_embedded_broker_override(tmp_path):
     broker_port, health_port = free_port(), free_port()

@@ -15,7 +15,12 @@ import pytest
 
 from unskit.config.model import DEFAULT_PYTHON_FORMAT, LoggingConfig, parse_size
 from unskit.config.platform import Platform
-from unskit.runtime.logging_config import LIBRARY_LOGGERS, configure_logging
+from unskit.errors import ConfigError
+from unskit.runtime.logging_config import (
+    LIBRARY_LOGGERS,
+    LIBRARY_REPEAT_WINDOW_S,
+    configure_logging,
+)
 
 DEFAULT_TEXT_LINE = re.compile(
     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \[WARNING\] unskit\.test\.prec: hello"
@@ -260,6 +265,63 @@ def test_a_library_info_line_is_not_written_by_default(capsys):
     assert "own-debug" in err
 
 
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    import unskit.runtime.logging_config as logging_config
+
+    clock = _Clock()
+    monkeypatch.setattr(logging_config, "_now", clock)
+    return clock
+
+
+def _parse_error(logger: logging.Logger) -> None:
+    try:
+        raise ValueError("buffer empty")
+    except ValueError:
+        logger.exception("Failed to parse reply")
+
+
+def test_a_library_s_repeated_traceback_is_one_line_per_window(clock, tmp_path, capsys):
+    path = tmp_path / "c.log"
+    configure_logging({"fileLogging": {"enabled": True, "filePath": str(path)}})
+    library = logging.getLogger("pycomm3.packets.ethernetip.SendRRDataResponsePacket")
+    for _ in range(5):
+        _parse_error(library)
+        clock.now += 1
+    library.error("another line %s", "once")
+    clock.now += LIBRARY_REPEAT_WINDOW_S
+    _parse_error(library)
+    for written in (capsys.readouterr().err, path.read_text(encoding="utf-8")):
+        assert "Traceback" not in written
+        lines = [line for line in written.splitlines() if "pycomm3" in line]
+        assert [line.split("] ", 1)[1] for line in lines] == [
+            "pycomm3.packets.ethernetip.SendRRDataResponsePacket: Failed to parse reply "
+            "(ValueError: buffer empty)",
+            "pycomm3.packets.ethernetip.SendRRDataResponsePacket: another line once",
+            "pycomm3.packets.ethernetip.SendRRDataResponsePacket: Failed to parse reply "
+            "(ValueError: buffer empty; 4 more like it since the last one written)",
+        ]
+
+
+def test_own_lines_and_a_library_at_debug_are_written_whole(clock, capsys):
+    configure_logging({"loggers": {"pycomm3": "DEBUG"}})
+    for _ in range(3):
+        _parse_error(logging.getLogger("pycomm3.cip_driver"))
+        _parse_error(logging.getLogger("unskit.test.own"))
+    err = capsys.readouterr().err
+    assert err.count("Traceback (most recent call last)") == 6
+    assert err.count("pycomm3.cip_driver: Failed to parse reply\n") == 3
+    assert err.count("unskit.test.own: Failed to parse reply\n") == 3
+
+
 def test_reconfigure_applies_a_changed_library_level():
     configure_logging({"libraryLevel": "INFO"})
     configure_logging({})
@@ -441,6 +503,17 @@ def test_file_logging_is_not_installed_with_the_json_sink(tmp_path, platform, ca
         isinstance(h, logging.handlers.RotatingFileHandler) for h in logging.getLogger().handlers
     )
     assert json_lines(capsys.readouterr().out)[0]["message"] == "json only"
+
+
+def test_a_log_file_that_cannot_be_opened_is_a_configuration_error(tmp_path, capsys):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    configure_logging({"python_format": "json"})
+    with pytest.raises(ConfigError, match=r"\$\.logging\.fileLogging\.filePath: cannot be opened"):
+        configure_logging({"fileLogging": {"enabled": True, "filePath": str(blocker / "c.log")}})
+    logging.getLogger("unskit.test.keep").warning("still json")
+    [line] = json_lines(capsys.readouterr().out)
+    assert line["message"] == "still json", "the previous setup stays"
 
 
 def test_reconfigure_closes_the_previous_file_handler(tmp_path):

@@ -32,7 +32,12 @@ class Switch:
     def __init__(self) -> None:
         self.up = threading.Event()
         self.up.set()
+        #: Set: the device accepts a session, answers `answers` reads (pushes) on it and ends
+        #: it at the next, as a controller does on a request it cannot parse.
+        self.drop = threading.Event()
+        self.answers = 0
         self.connects = 0
+        self.connect_times: list[float] = []
         self.probes = 0
         self.reads = 0
 
@@ -41,17 +46,30 @@ class SwitchedDriver(SimDriver):
     """A sim device that can be made unreachable."""
 
     switch = Switch()
+    #: Answers given on the current session.
+    session_answers = 0
 
     def connect(self, deadline_s: float) -> None:
         self.switch.connects += 1
+        self.switch.connect_times.append(time.monotonic())
         if not self.switch.up.is_set():
             raise DeviceError("connection refused (test switch off)")
+        self.session_answers = 0
         super().connect(deadline_s)
+
+    def _drops(self) -> bool:
+        """Whether the device ends the session now (counting this answer otherwise)."""
+        if self.switch.drop.is_set() and self.session_answers >= self.switch.answers:
+            return True
+        self.session_answers += 1
+        return False
 
     def read(self, group: PollGroupSpec) -> list[Reading]:
         self.switch.reads += 1
         if not self.switch.up.is_set():
             raise DeviceError("connection reset (test switch off)", connection_lost=True)
+        if self._drops():
+            raise DeviceError("session ended by the device (test drop)", connection_lost=True)
         return super().read(group)
 
     def probe(self) -> None:
@@ -88,6 +106,9 @@ class PushedDriver(SwitchedDriver):
         while not stop.wait(0.02):
             if not self.switch.up.is_set():
                 sink.lost(DeviceError("session closed by the server (test switch off)"))
+                return
+            if self._drops():
+                sink.lost(DeviceError("session ended by the device (test drop)"))
                 return
             now = time.time()
             sink.deliver(

@@ -226,3 +226,27 @@ def test_several_values_need_a_driver_that_writes_them_together(start_adapter) -
     with pytest.raises(CommandError, match="writes one signal per request") as refused:
         adapter.client.call("write", body, "line-1")
     assert refused.value.code == "BAD_ARGS"
+
+
+@pytest.mark.parametrize("answers", [0, 1], ids=["at-once", "after-one-delivery"])
+def test_the_unreachable_alarm_holds_until_a_session_stays_up(start_adapter, answers) -> None:
+    # A session proves itself by delivering and then staying up one 100 ms window; these
+    # end 20 or 40 ms after they open.
+    adapter = start_adapter(
+        [pushed(real_signal("speed"))],
+        timing={"reconnect_backoff_min_ms": 100, "reconnect_backoff_max_ms": 200},
+    )
+    alarm_topic = adapter.runtime.topics.topic(
+        "evt", "error", "device-unreachable", instance="line-1"
+    )
+    wait_until(lambda: len(updates(adapter, "line-1", "speed")) >= 1, 10, "data")
+    switch = SwitchedDriver.switch
+    switch.answers = answers
+    first = Pushed.subscribes
+    switch.drop.set()
+    wait_until(lambda: Pushed.subscribes >= first + 6, 10, "six subscribed-then-lost sessions")
+    assert [m.body["state"] for m in adapter.seen.on(alarm_topic)] == ["raised"]
+    switch.drop.clear()
+    wait_until(lambda: len(adapter.seen.on(alarm_topic)) >= 2, 10, "the clear")
+    assert [m.body["state"] for m in adapter.seen.on(alarm_topic)] == ["raised", "cleared"]
+    assert adapter.client.call("status", instance="line-1")["connected"] is True

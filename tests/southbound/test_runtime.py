@@ -4,6 +4,9 @@ publication, the verbs, pause and resume, the unreachable alarm and every reload
 from __future__ import annotations
 
 import copy
+import itertools
+import random
+import types
 
 import pytest
 
@@ -190,6 +193,74 @@ def test_unreachable_device_raises_and_clears_the_alarm(start_adapter) -> None:
     wait_until(lambda: len(adapter.seen.on(alarm_topic)) == 2, 10, "the clear")
     assert adapter.seen.on(alarm_topic)[1].body["state"] == "cleared"
     assert adapter.client.call("status", instance="press-1")["counters"]["reconnects"] >= 1
+
+
+class _CeilingJitter(random.Random):
+    """Jitter pinned to the top of each window, so the schedule is exact."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+@pytest.fixture
+def ceiling_jitter(monkeypatch: pytest.MonkeyPatch) -> None:
+    import unskit.southbound.instance as instance_module
+
+    monkeypatch.setattr(instance_module, "random", types.SimpleNamespace(Random=_CeilingJitter))
+
+
+#: Reads a device answers on a session before it ends it: none, or one (cpppo ending an
+#: unconnected session after a read of a tag it does not know, answered with a broken reply).
+ANSWERS = pytest.mark.parametrize("answers", [0, 1], ids=["at-once", "after-one-read"])
+
+
+@ANSWERS
+def test_a_device_that_drops_every_session_gets_a_growing_reconnect_window(
+    start_adapter, ceiling_jitter, answers
+) -> None:
+    adapter = start_adapter(
+        [instance("press-1", real_signal("speed"), adapter="test")],
+        timing={"reconnect_backoff_min_ms": 20, "reconnect_backoff_max_ms": 640},
+    )
+    switch = SwitchedDriver.switch
+    switch.answers = answers
+    wait_until(lambda: switch.reads >= 3, 10, "polling")
+    first = len(switch.connect_times)
+    switch.drop.set()
+    wait_until(lambda: len(switch.connect_times) >= first + 7, 10, "seven reconnects")
+    times = switch.connect_times[first : first + 7]
+    intervals = [later - earlier for earlier, later in itertools.pairwise(times)]
+    # The loss of the proven connection opens the 20 ms window; each accepted-then-dropped
+    # session is one more failure: 40, 80, 160, 320, 640 (the ceiling), 640.
+    windows = [min(640, 20 * 2 ** (n + 1)) / 1000 for n in range(len(intervals))]
+    assert all(got >= want for got, want in zip(intervals, windows, strict=True)), intervals
+    reads = switch.reads
+    switch.drop.clear()
+    wait_until(lambda: switch.reads >= reads + 3, 10, "polling again")
+    assert adapter.client.call("status", instance="press-1")["connected"] is True
+
+
+@ANSWERS
+def test_the_unreachable_alarm_holds_while_sessions_are_dropped(start_adapter, answers) -> None:
+    adapter = start_adapter(
+        [instance("press-1", real_signal("speed"), adapter="test")],
+        timing={"reconnect_backoff_min_ms": 10, "reconnect_backoff_max_ms": 40},
+    )
+    alarm_topic = adapter.runtime.topics.topic(
+        "evt", "error", "device-unreachable", instance="press-1"
+    )
+    switch = SwitchedDriver.switch
+    switch.answers = answers
+    wait_until(lambda: switch.reads >= 3, 10, "polling")
+    first = switch.connects
+    switch.drop.set()
+    wait_until(lambda: switch.connects >= first + 10, 10, "ten accepted-then-dropped sessions")
+    assert [m.body["state"] for m in adapter.seen.on(alarm_topic)] == ["raised"]
+    reads = switch.reads
+    switch.drop.clear()
+    wait_until(lambda: switch.reads >= reads + 5, 10, "good polls")
+    wait_until(lambda: len(adapter.seen.on(alarm_topic)) >= 2, 10, "the clear")
+    assert [m.body["state"] for m in adapter.seen.on(alarm_topic)] == ["raised", "cleared"]
 
 
 # -- reload: one row per rule --------------------------------------------------------------------

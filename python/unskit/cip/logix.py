@@ -29,6 +29,9 @@ pycomm3 exception. What it adds to LogixDriver, and the internals each part lean
   pycomm3 has no unconnected tag services, so `_UnconnectedTagRequest` frames them around
   GenericUnconnectedRequestPacket (`_setup_message`, `_msg`), routed with `_cfg["cip_path"]`
   when a slot is configured, and replies are decoded by packets.util's `parse_read_reply`.
+- A request refused in the encapsulation header (`REFUSED`): cpppo answers a Read Tag of a
+  tag it does not know with a bare header carrying a non-zero status, then ends the
+  session; the reply's `raw` bytes hold that status.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from pycomm3.tag import Tag
 from unskit.elementary_types import TYPES
 from unskit.errors import DeviceError
 
-__all__ = ["LogixSession", "TagResult", "base_tag", "element_index"]
+__all__ = ["REFUSED", "LogixSession", "TagResult", "base_tag", "element_index"]
 
 _log = logging.getLogger(__name__)
 
@@ -69,6 +72,11 @@ _TYPE_CODE_BYTES = 2
 _READ_TAG = b"\x4c"
 _WRITE_TAG = b"\x4d"
 _PARTIAL_TRANSFER = 0x06
+#: The EtherNet/IP encapsulation header: 24 bytes, its status a UDINT at offset 8.
+_HEADER_BYTES = 24
+_STATUS_AT = slice(8, 12)
+#: How a tag's error starts when the device refused its request in the encapsulation header.
+REFUSED = "refused by the device"
 
 
 def base_tag(tag_path: str) -> str:
@@ -245,6 +253,10 @@ class LogixSession(LogixDriver):
         reply = self.send(
             _UnconnectedTagRequest(_READ_TAG, path, UINT.encode(elements), self._route())
         )
+        raw = bytes(reply.raw or b"")
+        status = int.from_bytes(raw[_STATUS_AT], "little") if len(raw) >= _HEADER_BYTES else 0
+        if status:
+            return Tag(request, None, None, f"{REFUSED} (EtherNet/IP status 0x{status:04X})")
         if reply.service_status == _PARTIAL_TRANSFER and reply.value:
             data = self._read_slices(request, elements, element_size, reply.value)
         elif reply.service_status != 0 or reply.value is None:

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from unskit.cip.config import cip_connection, security_mode
-from unskit.cip.logix import LogixSession, TagResult, base_tag, element_index
+from unskit.cip.logix import REFUSED, LogixSession, TagResult, base_tag, element_index
 from unskit.elementary_types import BOOLS_PER_DWORD, DWORD_CODE, TYPES
 from unskit.southbound.driver import (
     DeviceError,
@@ -67,6 +67,9 @@ class PollDriver:
         #: The negotiated request size, and the smaller one reads fall back to (workaround 2).
         self._write_bytes = 0
         self._read_bytes = 0
+        #: Requests the device refused in the encapsulation header, with the reason: it may
+        #: end the session on them (cpppo on an unknown tag), so they are not sent again.
+        self._refused: dict[str, str] = {}
 
     # -- session ---------------------------------------------------------------------------
 
@@ -166,8 +169,22 @@ class PollDriver:
     def _read_tags(self, requests: Sequence[str]) -> list[TagResult]:
         plc = self._require()
         if not self.connection.connected:
-            return [plc.read_unconnected(r, self._element_size(r)) for r in requests]
+            return [self._read_unconnected(plc, request) for request in requests]
         return plc.read_tags(requests, self._read_bytes)
+
+    def _read_unconnected(self, plc: LogixSession, request: str) -> TagResult:
+        refused = self._refused.get(request)
+        if refused is not None:
+            return TagResult(request, None, None, refused)
+        result = plc.read_unconnected(request, self._element_size(request))
+        if result.error is not None and result.error.startswith(REFUSED):
+            self._refused[request] = (
+                f"{result.error}; not requested again until the instance restarts: "
+                "does the tag exist?"
+            )
+            _log.warning("%s: %s: %s", self.spec.id, request, self._refused[request])
+            return TagResult(request, None, None, self._refused[request])
+        return result
 
     def _element_size(self, request: str) -> int:
         """Bytes per element of the tag a request reads (its configured type)."""

@@ -214,8 +214,12 @@ class Runtime:
             self._loader = loader
         try:
             return self._start(app, signals)
-        except BaseException:
-            _log.exception("start-up failed; stopping what already started")
+        except BaseException as error:
+            if isinstance(error, ConfigError):
+                # The caller reports it (`unskit run` in one line); a traceback says nothing more.
+                _log.info("configuration refused at start-up; stopping what already started")
+            else:
+                _log.exception("start-up failed; stopping what already started")
             if self._coordinator is not None:
                 self._coordinator.shutdown()
             else:

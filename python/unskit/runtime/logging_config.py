@@ -3,7 +3,8 @@
 The section is parsed in `unskit.config.model` (`LoggingConfig`): ``level`` (INFO),
 ``python_format`` (``%(asctime)s [%(levelname)s] %(name)s: %(message)s``, or ``json``),
 ``loggers`` (name to level), ``libraryLevel`` (the level of the third-party loggers in
-`LIBRARY_LOGGERS` that ``loggers`` does not name; WARNING, or ``level`` if higher),
+`LIBRARY_LOGGERS` that ``loggers`` does not name; WARNING, or ``level`` if higher; above
+DEBUG their tracebacks and repeats are summarised, see `_LibraryRepeats`),
 ``fileLogging`` {``enabled`` (false), ``filePath``, ``maxFileSize`` (10MB), ``backupCount``
 (5)}, ``globalControl`` (parsed, never acted on);
 the effective format is an explicit ``python_format``, else the platform default (``json`` on
@@ -27,6 +28,7 @@ import logging
 import logging.handlers
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,8 +36,15 @@ from typing import Any, TextIO
 
 from unskit.config.model import LoggingConfig, log_level
 from unskit.config.platform import Platform
+from unskit.errors import ConfigError, ConfigIssue
 
-__all__ = ["LIBRARY_LOGGERS", "JsonFormatter", "LoggingConfig", "configure_logging"]
+__all__ = [
+    "LIBRARY_LOGGERS",
+    "LIBRARY_REPEAT_WINDOW_S",
+    "JsonFormatter",
+    "LoggingConfig",
+    "configure_logging",
+]
 
 #: Third-party loggers held at ``libraryLevel``: the embedded broker (amqtt and its state
 #: machine, transitions, which logs every callback at INFO), the PLC driver, the transfer
@@ -54,6 +63,13 @@ LIBRARY_LOGGERS = (
     "awscrt",
     "urllib3",
 )
+
+#: A third-party line that repeats is written once per window, with the count of the rest.
+LIBRARY_REPEAT_WINDOW_S = 60.0
+#: Distinct third-party lines remembered; beyond it the oldest window is forgotten.
+_REPEAT_KEYS = 1000
+#: The clock of the repeat windows (a test moves it).
+_now = time.monotonic
 
 # Attributes every LogRecord has; anything else on a record came through ``extra=``.
 _BLANK_RECORD = logging.LogRecord("", logging.INFO, "", 0, "", None, None)
@@ -74,8 +90,8 @@ def configure_logging(
 
     `config` is a `LoggingConfig`, or the raw section (None = all defaults), parsed with
     `LoggingConfig.from_section` for `platform`; a bad section raises ValueError naming its
-    key and changes nothing. A `LoggingConfig` already has its effective format, so
-    `platform` is not consulted for it.
+    key, a log file that cannot be opened ConfigError, and either changes nothing. A
+    `LoggingConfig` already has its effective format, so `platform` is not consulted for it.
     """
     # Everything is validated before anything changes: a bad reload keeps the old setup.
     settings = (
@@ -98,13 +114,19 @@ def configure_logging(
         handlers.append(text_handler)
         files = settings.file_logging
         if files.enabled and files.file_path is not None:
-            path = Path(files.file_path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            file_handler = logging.handlers.RotatingFileHandler(
-                path, maxBytes=files.max_file_size, backupCount=files.backup_count, encoding="utf-8"
-            )
+            try:
+                file_handler = _file_handler(
+                    Path(files.file_path), files.max_file_size, files.backup_count
+                )
+            except ConfigError:
+                text_handler.close()
+                raise
             file_handler.setFormatter(logging.Formatter(settings.format))
             handlers.append(file_handler)
+    # One filter for every sink, so each writes the same lines.
+    repeats = _LibraryRepeats()
+    for handler in handlers:
+        handler.addFilter(repeats)
 
     root = logging.getLogger()
     with _lock:
@@ -122,6 +144,74 @@ def configure_logging(
             logging.getLogger(name).setLevel(level)
         _configured_loggers.clear()
         _configured_loggers.update(logger_levels)
+
+
+class _LibraryRepeats(logging.Filter):
+    """Summarises third-party lines while their logger is above DEBUG: a traceback becomes
+    its exception's one-line summary, and a line that repeats (same logger, level and
+    message template) is written once per window, the next one carrying how many were
+    left out. A device that fails every few hundred milliseconds otherwise fills the log
+    with a library's identical tracebacks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        #: (logger, level, template) -> [end of the window, lines left out in it]
+        self._windows: dict[tuple[str, int, str], list[float]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # Each sink asks; the first answer is kept on the record for the others.
+        decided = record.__dict__.get("_unskit_written")
+        if decided is None:
+            decided = record.__dict__["_unskit_written"] = self._decide(record)
+        return bool(decided)
+
+    def _decide(self, record: logging.LogRecord) -> bool:
+        if not _is_library(record.name):
+            return True
+        if logging.getLogger(record.name).getEffectiveLevel() <= logging.DEBUG:
+            return True
+        key = (record.name, record.levelno, str(record.msg))
+        now = _now()
+        with self._lock:
+            window = self._windows.get(key)
+            if window is not None and now < window[0]:
+                window[1] += 1
+                return False
+            left_out = 0 if window is None else int(window[1])
+            if window is None and len(self._windows) >= _REPEAT_KEYS:
+                del self._windows[next(iter(self._windows))]
+            self._windows[key] = [now + LIBRARY_REPEAT_WINDOW_S, 0]
+        notes = []
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            notes.append(f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
+            record.exc_info = None
+            record.exc_text = None
+        if left_out:
+            notes.append(f"{left_out} more like it since the last one written")
+        if notes:
+            record.msg = f"{record.getMessage()} ({'; '.join(notes)})"
+            record.args = None
+        return True
+
+
+def _is_library(name: str) -> bool:
+    return any(name == lib or name.startswith(lib + ".") for lib in LIBRARY_LOGGERS)
+
+
+def _file_handler(path: Path, max_bytes: int, backups: int) -> logging.Handler:
+    """The rotating file sink; a path that cannot be opened is a configuration error."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return logging.handlers.RotatingFileHandler(
+            path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
+        )
+    except OSError as error:
+        reason = error.strerror or str(error)
+        where = f": {error.filename}" if error.filename else ""
+        issue = ConfigIssue("$.logging.fileLogging.filePath", f"cannot be opened ({reason}{where})")
+        raise ConfigError([issue]) from None
 
 
 class JsonFormatter(logging.Formatter):

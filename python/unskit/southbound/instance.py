@@ -102,7 +102,14 @@ class InstanceRunner:
             self._state = InstanceState.FAILED
             self._last_error = str(spec.unavailable)
         self._connected_since: float | None = None
+        #: Failed cycles since the connection last proved itself; sizes the backoff window.
         self._attempt = 0
+        #: When the next connect may start (None: now); set by every failure.
+        self._retry_at: float | None = None
+        #: Whether the current connection has proved itself, and whether the device has
+        #: answered on it yet (see `_settle`).
+        self._proven = False
+        self._answered = False
         #: The inbox of the current connection of a push source (None when polled).
         self._inbox: PushInbox | None = None
         self._thread = threading.Thread(target=self._run, name=f"sb-{spec.id}", daemon=True)
@@ -283,6 +290,7 @@ class InstanceRunner:
                         self._guard(self.driver.probe)
                     except DeviceError:
                         continue
+                    self._settle(answered=True)
             else:
                 for group_id, due in next_due.items():
                     if now >= due and self.connected:
@@ -330,9 +338,16 @@ class InstanceRunner:
                     self._guard(driver.probe)
                 except DeviceError:
                     continue
+                self._settle(answered=True)
+            # Pushed data proves the connection once it has stayed up a window since.
+            self._settle(answered=False)
             self._publish(time.monotonic(), flush=False)
             self._set_gauges()
-            wakes = [w for w in (next_maintain, self._table.next_window()) if w is not None]
+            wakes = [
+                w
+                for w in (next_maintain, self._table.next_window(), self._proof_due())
+                if w is not None
+            ]
             if self._paused:
                 wakes.append(next_probe)
             timeout = max(0.0, min(wakes) - time.monotonic()) if wakes else 1.0
@@ -370,6 +385,8 @@ class InstanceRunner:
             self._table.touch(alive, now)
         if lost is not None and self.connected:
             self._lost(lost)
+        if readings or alive or dropped:
+            self._settle(answered=True)
         return maintain
 
     def _detach_inbox(self) -> None:
@@ -392,39 +409,71 @@ class InstanceRunner:
         return max(0.0, min(wakes, default=now + 1.0) - now)
 
     def _connect(self, establish: Callable[[float], None] | None = None) -> bool:
-        """Opens the session (and, for a push source, what makes it send); on failure the
-        driver is closed and the thread backs off with jitter before returning False."""
+        """Waits out the backoff window of the last failure, then opens the session (and, for
+        a push source, what makes it send); on failure the driver is closed and False returned."""
+        if self._retry_at is not None:
+            self._state = InstanceState.BACKOFF
+            self._hold_off(self._retry_at)
+            if self._stop.is_set():
+                return False
+            self._retry_at = None
         self._state = InstanceState.CONNECTING
-        timing = self.spec.timing
         try:
-            (establish or self.driver.connect)(timing.connect_ms / 1000)
+            (establish or self.driver.connect)(self.spec.timing.connect_ms / 1000)
         except DeviceError as error:
             self._lost(error)
             self.driver.close()
             self._set_gauges()
-            ceiling = min(
-                timing.reconnect_backoff_max_ms,
-                timing.reconnect_backoff_min_ms * 2 ** min(self._attempt, 30),
-            )
-            self._attempt += 1
-            delay = self._rng.uniform(timing.reconnect_backoff_min_ms, ceiling) / 1000
-            self._state = InstanceState.BACKOFF
-            _log.info("instance %s: reconnect in %.2f s", self.spec.id, delay)
-            deadline = time.monotonic() + delay
-            while not self._stop.is_set() and time.monotonic() < deadline:
-                self._fail_jobs(
-                    CommandError(ErrorCode.DEVICE_UNAVAILABLE, f"not connected: {error}")
-                )
-                self._wake.wait(max(0.0, deadline - time.monotonic()))
-                self._wake.clear()
             return False
-        self._attempt = 0
+        # The window and the alarm stay until the connection proves itself (`_settle`): a
+        # device that accepts and then drops every session is a failure, not a recovery.
+        self._proven = self._answered = False
         self._state = InstanceState.CONNECTED
         self._connected_since = time.monotonic()
         self._last_error = ""
         _log.info("instance %s: connected to %s", self.spec.id, self.spec.endpoint)
-        self._context.clear_alarm(DEVICE_UNREACHABLE, self.spec.id)
         return True
+
+    def _settle(self, *, answered: bool) -> None:
+        """Notes an answer of the device (a good poll or probe, pushed data); once the device
+        has answered and the connection has stayed up one `reconnectBackoffMinMs` window, the
+        connection has proved itself: the backoff resets and the unreachable alarm clears."""
+        if self._proven or not self.connected:
+            return
+        self._answered = self._answered or answered
+        due = self._proof_due()
+        if due is None or time.monotonic() < due:
+            return
+        self._proven = True
+        self._attempt = 0
+        self._context.clear_alarm(DEVICE_UNREACHABLE, self.spec.id)
+
+    def _proof_due(self) -> float | None:
+        """When an answered, not yet proven connection will have stayed up long enough."""
+        if self._proven or not self._answered or self._connected_since is None:
+            return None
+        return self._connected_since + self.spec.timing.reconnect_backoff_min_ms / 1000
+
+    def _hold_off(self, deadline: float) -> None:
+        """Sleeps until the deadline (or stop), refusing the verbs' device work meanwhile."""
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            self._fail_jobs(
+                CommandError(ErrorCode.DEVICE_UNAVAILABLE, f"not connected: {self._last_error}")
+            )
+            self._wake.wait(max(0.0, deadline - time.monotonic()))
+            self._wake.clear()
+
+    def _schedule_retry(self) -> None:
+        """Opens the next backoff window: doubling per failed cycle, jittered, capped."""
+        timing = self.spec.timing
+        ceiling = min(
+            timing.reconnect_backoff_max_ms,
+            timing.reconnect_backoff_min_ms * 2 ** min(self._attempt, 30),
+        )
+        self._attempt += 1
+        delay = self._rng.uniform(timing.reconnect_backoff_min_ms, ceiling) / 1000
+        self._retry_at = time.monotonic() + delay
+        _log.info("instance %s: reconnect in %.2f s", self.spec.id, delay)
 
     def _lost(self, error: DeviceError) -> None:
         was_connected = self.connected
@@ -435,6 +484,8 @@ class InstanceRunner:
         if was_connected:
             self._context.counter(self.spec.id, "reconnects", None).inc()
             self.driver.close()
+        if self._retry_at is None:
+            self._schedule_retry()
         _log.warning("instance %s: device unreachable: %s", self.spec.id, error)
         self._context.raise_alarm(
             DEVICE_UNREACHABLE,
@@ -462,6 +513,7 @@ class InstanceRunner:
             _log.debug("instance %s: read of %s failed: %s", self.spec.id, group.id, error)
             return
         counter(self.spec.id, "reads", group.id).inc()
+        self._settle(answered=True)
         bad = sum(1 for reading in readings if reading.quality.value != "GOOD")
         if bad:
             counter(self.spec.id, "readErrors", group.id).inc(bad)
