@@ -4,6 +4,7 @@ holding only its own delivery."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -386,7 +387,11 @@ def test_a_connection_lost_during_a_discard_does_not_end_the_worker(
         waiters = channel.out_buffer_cv._waiters  # the threads waiting for send window
 
         def kill_once_waiting() -> None:
-            wait_until(lambda: len(waiters) > 0, 10, "the remove to wait for window")
+            # Usually the remove waits for send window. A window adjust the server sent just
+            # before it stopped can let the request out instead; the remove then waits for
+            # the stopped server's reply. Either way the server dies under it.
+            with contextlib.suppress(AssertionError):
+                wait_until(lambda: len(waiters) > 0, 5, "the remove to wait for window")
             lost.append(path)
             os.kill(server, signal.SIGKILL)
 
