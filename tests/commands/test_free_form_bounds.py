@@ -310,12 +310,15 @@ def check_camera_replies(rig: Rig, case: Case, body: dict[str, Any], reply: dict
 
 
 def test_the_issue_reproduction_31_levels_of_metadata_is_refused(fleet: Fleet) -> None:
-    # 31 levels fit the request (the body is one more) but not the status reply (two more).
+    # 31 levels fit the envelope (the body is one more) but not the status reply (two more);
+    # the inbox's body bound refuses them first, naming the field.
     body = _capture(nested(31))
     with pytest.raises(CommandError) as raised:
         fleet.camera.call("capture-submit", body, "cam-1")
     assert raised.value.code == "BAD_ARGS"
-    assert "metadata nests deeper than 16 levels" in raised.value.message
+    assert raised.value.message == (
+        "metadata nests 31 levels, so the body 32; the bound is 20 (commands.maxBodyDepth)"
+    )
     assert fleet.camera.call("capture-status", {"states": ["ACCEPTED", "QUEUED"]})["jobs"] == []
 
 

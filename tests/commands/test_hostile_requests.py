@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from tests.commands.conftest import Sample
+from tests.commands.conftest import Sample, sample_document
 from tests.support.logs import recording_logs
 from tests.support.proto import envelope_classes, value_from_python
 from tests.support.raw_mqtt import RawRecorder
 from tests.support.servers import wait_until
+from unskit.commands.inbox import UNKNOWN_VERB_LABEL
 from unskit.envelope import Message, MessageBuilder
 
 REPLY_TO = "lib/reply-hostile-requests"
@@ -112,3 +113,42 @@ def test_malformed_envelopes_get_the_spec_code(start_sample, case) -> None:
     if code == "BAD_ARGS" and "declared" in case:
         assert "content type" in reply.body["errorMessage"]
     assert logs.tracebacks() == []
+
+
+def test_body_bounds_are_configurable_and_named(start_sample, broker, tmp_path) -> None:
+    document = sample_document(broker.plain_port, tmp_path / "state", ["cam-1"])
+    document["commands"] |= {"maxBodyBytes": 1024, "maxBodyDepth": 4}
+    sample: Sample = start_sample(document=document)
+
+    def refusal(body: dict[str, Any]) -> str:
+        reply = sample.client.messaging.request(sample.client.topic("ping"), request(body), 10)
+        answer = reply.get().body
+        assert answer.get("errorCode") == "BAD_ARGS", answer
+        return str(answer["errorMessage"])
+
+    assert "(commands.maxBodyBytes)" in refusal({"note": "x" * 1100})
+    assert (
+        refusal(deep(4))
+        == "a nests 4 levels, so the body 5; the bound is 4 (commands.maxBodyDepth)"
+    )
+    # Within both bounds the body is judged field by field as before.
+    assert "maxBody" not in refusal(deep(3))
+    assert sample.client.call("ping", timeout=10) == {"pong": True}
+
+
+def test_unknown_verbs_share_one_metric_label(start_sample) -> None:
+    sample: Sample = start_sample()
+    names = [f"no-such-verb-{i}" for i in range(25)]
+    for name in names:
+        reply = sample.client.messaging.request(sample.client.topic(name), request(), 10).get()
+        assert reply.body.get("errorCode") == "BAD_ARGS"
+    assert sample.client.call("ping", timeout=10) == {"pong": True}
+    labels = {
+        m.dimensions["verb"]: m.total
+        for m in sample.runtime.metrics.collect(reset_interval=False)
+        if (m.family, m.name) == ("commands", "replies")
+    }
+    # The sender chose the names: they are counted together, never one series each.
+    assert not any(name in labels for name in names)
+    assert labels[UNKNOWN_VERB_LABEL] == len(names)
+    assert labels["ping"] >= 1

@@ -233,14 +233,34 @@ def test_commands_section_is_validated_with_paths() -> None:
     document = {
         "component": {},
         "messaging": {"local": {"host": "127.0.0.1"}},
-        "commands": {"maxConcurrency": 0, "cursorTtlSeconds": -1, "colour": 1},
+        "commands": {
+            "maxConcurrency": 0,
+            "cursorTtlSeconds": -1,
+            "colour": 1,
+            "maxBodyBytes": 70_000,
+            "maxBodyDepth": 33,
+        },
     }
     paths = {issue.path for issue in validate_document(document)}
     assert paths == {
         "$.commands.maxConcurrency",
         "$.commands.cursorTtlSeconds",
         "$.commands.colour",
+        "$.commands.maxBodyBytes",
+        "$.commands.maxBodyDepth",
     }
+
+
+def test_body_bound_defaults_are_the_inbox_defaults() -> None:
+    from unskit.commands import MAX_BODY_BYTES, MAX_BODY_DEPTH, MAX_FREE_FORM_DEPTH
+    from unskit.config.model import CommandsConfig
+
+    assert (CommandsConfig().max_body_bytes, CommandsConfig().max_body_depth) == (
+        MAX_BODY_BYTES,
+        MAX_BODY_DEPTH,
+    )
+    # A free-form field inside a body fits the default depth.
+    assert MAX_FREE_FORM_DEPTH + 1 < MAX_BODY_DEPTH
 
 
 def test_state_directory_defaults(monkeypatch, tmp_path) -> None:

@@ -20,6 +20,7 @@ __all__ = [
     "INSTANCE",
     "LIMIT",
     "MAX_BODY_BYTES",
+    "MAX_BODY_DEPTH",
     "MAX_FREE_FORM_DEPTH",
     "REASON",
     "REPLY_BUDGET_BYTES",
@@ -44,6 +45,10 @@ __all__ = [
 # A command body larger than this is refused before it is parsed field by field: it is
 # the envelope's own opaque bound, so any body an envelope carries is judged, not dropped.
 MAX_BODY_BYTES = 64 * 1024
+#: A command body nests at most this many levels by default (`commands.maxBodyDepth`), the
+#: body itself being one: a free-form field (MAX_FREE_FORM_DEPTH) inside a body fits with
+#: three to spare, and a hostile body is refused before any field walk recurses into it.
+MAX_BODY_DEPTH = 20
 #: Free-form JSON in a request (capture metadata, say) nests at most this many levels, an
 #: object or array being one. Envelopes carry 32 (MAX_VALUE_DEPTH); the deepest reply that
 #: embeds such a field (a capture group's status page) puts it 5 levels down, so every

@@ -20,9 +20,11 @@ from unskit.commands.fields import (
     INSTANCE,
     LIMIT,
     MAX_BODY_BYTES,
+    MAX_BODY_DEPTH,
     REQUEST_ID,
     Param,
     bad_args,
+    json_depth,
     json_size,
 )
 from unskit.commands.idempotency import ClaimKind, IdempotencyKey, IdempotencyStore, arguments_hash
@@ -96,6 +98,8 @@ class CommandInbox:
         cursor_ttl_seconds: float = 300.0,
         on_outcome: Callable[[str, str], None] | None = None,
         deadline_seconds: float = 0.0,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        max_body_depth: int = MAX_BODY_DEPTH,
     ) -> None:
         self._messaging = messaging
         self._topics = topics
@@ -105,6 +109,8 @@ class CommandInbox:
         self._stamp = stamp
         self._max_concurrency = max_concurrency
         self._max_queued = max_queued
+        self._max_body_bytes = max_body_bytes
+        self._max_body_depth = max_body_depth
         self._busy = CommandError(
             ErrorCode.RESOURCE_LIMIT,
             f"the command inbox is full ({max_queued} requests wait for a worker); not run, "
@@ -251,7 +257,7 @@ class CommandInbox:
                 )
             verb = self._verbs.get(verb_name)
         self._check_deadline(request)
-        body = _body_object(request)
+        body = _body_object(request, self._max_body_bytes, self._max_body_depth)
         if verb is None:
             raise bad_args(f"unknown verb sb/{verb_name}; sb/describe lists the verbs")
         if not verb.enabled:
@@ -439,7 +445,10 @@ class CommandInbox:
             else:
                 self.stats.failed[code] = self.stats.failed.get(code, 0) + 1
         if self._on_outcome is not None:
-            self._on_outcome(held.verb, code or "OK")
+            # The verb is the topic's last level, chosen by the sender: a label per unknown
+            # name would let a client grow the metric series without bound.
+            label = held.verb if held.verb in self._verbs else UNKNOWN_VERB_LABEL
+            self._on_outcome(label, code or "OK")
         try:
             # False when the request has no reply_to or a refused one; messaging logs it.
             sent = self._messaging.reply(held.request, reply)
@@ -465,10 +474,13 @@ class CommandInbox:
         return described
 
 
+#: The `verb` label of `commands.replies` for a request naming no registered verb.
+UNKNOWN_VERB_LABEL = "(unknown)"
+
 _INTERNAL_ERROR = CommandError(ErrorCode.BACKEND_ERROR, "internal error; see the log").to_body()
 
 
-def _body_object(request: Message) -> Mapping[str, Any]:
+def _body_object(request: Message, max_bytes: int, max_depth: int) -> Mapping[str, Any]:
     content_type = request.content_type
     if content_type is not None and not _is_json(content_type):
         # A body declared as something else is not the command its sender meant to send.
@@ -484,8 +496,17 @@ def _body_object(request: Message) -> Mapping[str, Any]:
     # Binary values (which no field accepts) are measured as their JSON marker, not refused
     # here: the field checks name them.
     size = json_size(body)
-    if size > MAX_BODY_BYTES:
-        raise bad_args(f"the body is {size} bytes; the bound is {MAX_BODY_BYTES}")
+    if size > max_bytes:
+        raise bad_args(
+            f"the body is {size} bytes; the bound is {max_bytes} (commands.maxBodyBytes)"
+        )
+    depths = {name: json_depth(value) for name, value in body.items()}
+    deepest = max(depths, key=depths.__getitem__, default=None)
+    if deepest is not None and depths[deepest] + 1 > max_depth:
+        raise bad_args(
+            f"{deepest} nests {depths[deepest]} levels, so the body {depths[deepest] + 1}; "
+            f"the bound is {max_depth} (commands.maxBodyDepth)"
+        )
     return body
 
 

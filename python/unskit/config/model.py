@@ -166,6 +166,10 @@ class CommandsConfig:
     max_idempotency_records: int = 100_000
     cursor_ttl_seconds: float = 300.0
     durable_sync: bool = False
+    # The inbox's own defaults (unskit.commands MAX_BODY_BYTES, MAX_BODY_DEPTH): the
+    # configuration sits below the inbox and does not import it.
+    max_body_bytes: int = 64 * 1024
+    max_body_depth: int = 20
 
     def store_path(self, thing: str, component: str) -> Path:
         """``{stateDir}/{thing}/{component}/commands.sqlite3``; the state directory defaults
@@ -340,6 +344,8 @@ def _commands(section: Mapping[str, Any]) -> CommandsConfig:
         ),
         cursor_ttl_seconds=float(section.get("cursorTtlSeconds", defaults.cursor_ttl_seconds)),
         durable_sync=section.get("durableSync", defaults.durable_sync),
+        max_body_bytes=section.get("maxBodyBytes", defaults.max_body_bytes),
+        max_body_depth=section.get("maxBodyDepth", defaults.max_body_depth),
     )
 
 

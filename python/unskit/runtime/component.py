@@ -155,6 +155,8 @@ class Runtime:
                 cursor_ttl_seconds=commands.cursor_ttl_seconds,
                 on_outcome=self._count_command,
                 deadline_seconds=self.config.messaging.request_timeout_seconds,
+                max_body_bytes=commands.max_body_bytes,
+                max_body_depth=commands.max_body_depth,
             )
         return self._inbox
 
