@@ -10,6 +10,10 @@ when one grows faster than its tolerance:
     file descriptors     2 over the measured window, per process
     threads              2 over the measured window, per process
     SQLite files         8 MiB per hour, all together
+    queue depths         50 entries over the measured window, per queue (the
+                         `queues/depth` gauges each component publishes on the demo's
+                         broker every 10 s: publish backlog, command inbox, captures,
+                         files to deliver)
 
 The worst RSS slope is written as a row of benches/results.json (ours: the slope in MiB/h;
 anchor: the tolerance; a ratio below 1 passes), so a leak shows beside the performance
@@ -34,14 +38,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benches.conftest import record_ratio  # noqa: E402
+from unskit.config.model import BrokerConfig, MessagingConfig  # noqa: E402
+from unskit.demo.plan import ROOT as DEMO_ROOT  # noqa: E402
+from unskit.envelope import Message  # noqa: E402
+from unskit.messaging import MessagingClient  # noqa: E402
+from unskit.runtime.component import QUEUES_FAMILY  # noqa: E402
 
 RSS_MIB_PER_HOUR = 4.0
 FDS_PER_WINDOW = 2.0
 THREADS_PER_WINDOW = 2.0
 SQLITE_MIB_PER_HOUR = 8.0
+QUEUE_ENTRIES_PER_WINDOW = 50.0
 SAMPLE_EVERY_S = 5.0
 MIN_WARMUP_S = 30.0
 _LISTED = re.compile(r"^\s+(?P<name>[a-z][a-z0-9-]+)\s+pid (?P<pid>\d+)\s")
+_BROKER = re.compile(r"^broker\s+(?P<host>[^\s:]+):(?P<port>\d+)\s")
 
 
 @dataclass
@@ -92,6 +103,10 @@ def judge(
             verdicts.append(
                 Verdict(f"{process} threads", slope * window_s, THREADS_PER_WINDOW, "threads")
             )
+        elif kind == "queue":
+            verdicts.append(
+                Verdict(f"{process} queue", slope * window_s, QUEUE_ENTRIES_PER_WINDOW, "entries")
+            )
     sqlite_slope = sqlite.slope_per_s(warmup_s) * 3600
     verdicts.append(Verdict("SQLite files", sqlite_slope, SQLITE_MIB_PER_HOUR, "MiB/h"))
     return verdicts
@@ -116,6 +131,44 @@ def _sqlite_mib(state: Path) -> float:
     return sum(p.stat().st_size for p in files) / (1 << 20)
 
 
+class QueueDepths:
+    """The `queues/depth` gauges the demo's components publish, as series keyed
+    ``{component} {queue}:queue``."""
+
+    def __init__(self, start: float) -> None:
+        self._start = start
+        self._lock = threading.Lock()
+        self.series: dict[str, Series] = {}
+        self._client: MessagingClient | None = None
+
+    def watch(self, host: str, port: int) -> None:
+        config = MessagingConfig(local=BrokerConfig(host=host, port=port, client_id="soak"))
+        client = MessagingClient(config, persistent_session=False).start()
+        self._client = client
+        if not client.wait_connected(10):
+            raise RuntimeError(f"cannot connect to the demo's broker at {host}:{port}")
+        client.subscribe(f"{DEMO_ROOT}/#", self._on_message, max_concurrency=1)
+
+    def _on_message(self, topic: str, message: Message) -> None:
+        body = message.body
+        if not (isinstance(body, dict) and body.get("family") == QUEUES_FAMILY):
+            return
+        identity = message.identity
+        component = identity.component if identity is not None else topic
+        now = time.monotonic() - self._start
+        with self._lock:
+            for metric in body.get("metrics") or []:
+                queue = (metric.get("dimensions") or {}).get("queue")
+                if metric.get("name") == "depth" and queue:
+                    key = f"{component} {queue}:queue"
+                    point = (now, float(metric["value"]))
+                    self.series.setdefault(key, Series()).points.append(point)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close(1)
+
+
 def soak(seconds: float) -> int:
     """Runs the demo for `seconds` while sampling; prints the verdicts; exit code."""
     with tempfile.TemporaryDirectory(prefix="unskit-soak-") as tmp:
@@ -127,6 +180,7 @@ def soak(seconds: float) -> int:
         demo = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=ROOT)
         assert demo.stdout is not None
         pids: dict[str, int] = {}
+        broker: list[tuple[str, int]] = []
         listed = threading.Event()
 
         def read() -> None:
@@ -135,6 +189,8 @@ def soak(seconds: float) -> int:
                 match = _LISTED.match(line)
                 if match:
                     pids[match["name"]] = int(match["pid"])
+                elif (found := _BROKER.match(line)) is not None:
+                    broker.append((found["host"], int(found["port"])))
                 elif pids:
                     listed.set()
             listed.set()
@@ -145,6 +201,9 @@ def soak(seconds: float) -> int:
         series: dict[str, Series] = {}
         sqlite = Series()
         start = time.monotonic()
+        queues = QueueDepths(start)
+        if broker:
+            queues.watch(*broker[0])
         while demo.poll() is None:
             now = time.monotonic() - start
             for name, pid in pids.items():
@@ -155,7 +214,9 @@ def soak(seconds: float) -> int:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 demo.wait(SAMPLE_EVERY_S)
         reader.join(10)
+        queues.close()
         window_s = time.monotonic() - start
+        series.update(queues.series)
     warmup_s = max(MIN_WARMUP_S, window_s / 4)
     verdicts = judge(series, sqlite, warmup_s, window_s - warmup_s)
     for verdict in verdicts:

@@ -41,3 +41,22 @@ def test_a_descriptor_leak_fails_even_when_small() -> None:
     (fds, _) = judge({"egress:fds": leak}, line(0.0), 150.0, 450.0)
     assert fds.what == "egress fds"
     assert not fds.ok
+
+
+def test_a_growing_queue_fails_and_a_steady_one_passes() -> None:
+    growing = line(60 / 450)  # sixty more entries over the measured window
+    steady = Series([(t, float(t % 20)) for t in range(0, 600, 5)])  # fills and drains
+    verdicts = {
+        v.what: v
+        for v in judge(
+            {
+                "file-egress egress.files:queue": growing,
+                "camera-adapter camera.captures:queue": steady,
+            },
+            line(0.0),
+            150.0,
+            450.0,
+        )
+    }
+    assert not verdicts["file-egress egress.files queue"].ok
+    assert verdicts["camera-adapter camera.captures queue"].ok

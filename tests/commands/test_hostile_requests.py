@@ -17,6 +17,7 @@ from tests.support.raw_mqtt import RawRecorder
 from tests.support.servers import wait_until
 from unskit.commands.inbox import UNKNOWN_VERB_LABEL
 from unskit.envelope import Message, MessageBuilder
+from unskit.runtime.component import QUEUES_FAMILY
 
 REPLY_TO = "lib/reply-hostile-requests"
 MARK = b"MARKMARK"
@@ -152,3 +153,14 @@ def test_unknown_verbs_share_one_metric_label(start_sample) -> None:
     assert not any(name in labels for name in names)
     assert labels[UNKNOWN_VERB_LABEL] == len(names)
     assert labels["ping"] >= 1
+
+
+def test_queue_depths_are_gauges(start_sample) -> None:
+    sample: Sample = start_sample()
+    depths = {
+        m.dimensions["queue"]: m.value
+        for m in sample.runtime.metrics.collect(reset_interval=False)
+        if (m.family, m.name) == (QUEUES_FAMILY, "depth")
+    }
+    # Idle: nothing waits for a worker or for the broker.
+    assert depths == {"commands.inbox": 0, "messaging.local": 0}

@@ -27,6 +27,7 @@ from tests.support.servers import component_process, wait_until
 from unskit import MessageBuilder
 from unskit.envelope import Identity, Message
 from unskit.messaging import MessagingClient, ReplyRefusal
+from unskit.runtime.component import QUEUES_FAMILY
 from unskit.topics import MAX_TOPIC_BYTES, TopicScope
 
 #: What a reply topic the library mints looks like; anything else under lib/reply- is hostile.
@@ -216,3 +217,20 @@ def test_echo_cannot_be_made_to_pause_the_camera(
         assert output.count("not answering") == 1
     finally:
         harness.close()
+
+
+#: The queue-depth gauges each component reports besides the runtime's own.
+OWN_QUEUES = {"camera-adapter": {"camera.captures"}, "file-egress": {"egress.files"}}
+
+
+def test_each_component_reports_its_queue_depths(target: Target) -> None:
+    depths = {
+        m.dimensions["queue"]: m.value
+        for m in target.runtime.metrics.collect(reset_interval=False)
+        if (m.family, m.name) == (QUEUES_FAMILY, "depth")
+    }
+    expected = {"messaging.local", *OWN_QUEUES.get(target.name, set())}
+    if target.inbox is not None:
+        expected.add("commands.inbox")
+    assert set(depths) == expected
+    assert all(isinstance(value, int) and value >= 0 for value in depths.values())

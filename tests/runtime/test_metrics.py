@@ -148,6 +148,36 @@ def test_a_name_keeps_its_kind():
         registry.gauge(FAMILY, "reads")
 
 
+def test_an_observed_gauge_is_read_at_each_collect(caplog):
+    registry = MetricsRegistry({"component": "cam"})
+    depth = [3]
+    registry.observe("queues", "depth", lambda: depth[0], {"queue": "inbox"})
+
+    def broken() -> int:
+        raise RuntimeError("the queue is gone")
+
+    registry.observe("queues", "depth", broken, {"queue": "broken"})
+
+    def read() -> dict[str, object]:
+        return {
+            m.dimensions["queue"]: (m.kind, m.value, m.total)
+            for m in registry.collect(reset_interval=True)
+        }
+
+    with caplog.at_level(logging.ERROR):
+        assert read() == {"inbox": (MetricKind.GAUGE, 3, None)}
+    assert "queues/depth: reading it failed" in caplog.text
+    depth[0] = 7
+    assert read()["inbox"] == (MetricKind.GAUGE, 7, None)
+    with pytest.raises(ValueError, match="another kind"):
+        registry.counter("queues", "depth", {"queue": "inbox"})
+    registry.counter("queues", "drops", {"queue": "inbox"})
+    with pytest.raises(ValueError, match="another kind"):
+        registry.observe("queues", "drops", lambda: 1, {"queue": "inbox"})
+    assert registry.remove({"queue": "inbox"}) == 2
+    assert read() == {}
+
+
 @pytest.mark.parametrize(
     ("family", "name", "dimensions"),
     [

@@ -47,6 +47,8 @@ class CameraAdapter:
         )
         self.service = service
         service.start()
+        catalog = service.catalog
+        runtime.observe_queue("camera.captures", lambda: sum(catalog.counts().values()))
         inbox = runtime.command_inbox(service.sessions.names)
         for verb in CameraVerbs(service).verbs():
             inbox.register(verb)

@@ -74,6 +74,8 @@ def _common(output: Path, area: str) -> dict[str, Any]:
         "messaging": {"local": {"host": "127.0.0.1", "port": 1883}},
         "commands": {"stateDir": str(output / "state")},
         "heartbeat": {"intervalSeconds": 10},
+        # On the bus, as a fleet would collect them (`make soak` reads the queue depths).
+        "metricEmission": {"target": "messaging", "intervalSeconds": 10},
         "logging": {"level": "INFO"},
     }
 

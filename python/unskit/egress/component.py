@@ -22,6 +22,7 @@ from unskit.config.model import ComponentConfig
 from unskit.config.secrets import SecretResolver
 from unskit.egress.config import TOKEN, component_schema, configuration_issues, parse_component
 from unskit.egress.pipeline import InstancePipeline, Pipeline
+from unskit.egress.records import FileState
 from unskit.egress.state import EgressState
 from unskit.errors import CommandError, ConfigIssue, UnskitError
 from unskit.runtime.component import Runtime
@@ -78,6 +79,13 @@ class FileEgress:
         except BaseException:
             self.state.close()
             raise
+        state, pipeline = self.state, self.pipeline
+        runtime.observe_queue(
+            "egress.files",
+            lambda: sum(
+                state.counts(i).get(FileState.ACTIVE.value, 0) for i in pipeline.instance_ids()
+            ),
+        )
         inbox = runtime.command_inbox(lambda: self._pipeline().instance_ids())
         for verb in (
             Verb(

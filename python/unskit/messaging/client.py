@@ -270,6 +270,12 @@ class MessagingClient:
         link.stats.dropped = {f: s.dropped for f, s in link.subscriptions.items()}
         return link.stats
 
+    def queued(self, topic_filter: str, northbound: bool = False) -> int:
+        """Messages of a subscription waiting for a worker (0 when there is none)."""
+        link = self._require_northbound() if northbound else self._local
+        subscription = link.subscriptions.get(topic_filter)
+        return 0 if subscription is None else subscription.queued
+
     def pending_requests(self, northbound: bool = False) -> int:
         """Requests still waiting for a reply."""
         link = self._require_northbound() if northbound else self._local

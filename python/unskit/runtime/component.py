@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import logging
 import select
 import signal
@@ -40,6 +41,7 @@ from unskit.runtime.shutdown import ShutdownCoordinator
 
 __all__ = [
     "COMPONENT_ENTRY_POINTS",
+    "QUEUES_FAMILY",
     "ComponentApp",
     "ReconfigurableApp",
     "Runtime",
@@ -50,6 +52,8 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 COMPONENT_ENTRY_POINTS = "unskit.components"
+#: The family of the queue-depth gauges (`Runtime.observe_queue`).
+QUEUES_FAMILY = "queues"
 # How long messaging may take to flush QoS 1/2 publishes and drain handlers at shutdown.
 DRAIN_TIMEOUT_S = 5.0
 
@@ -158,7 +162,16 @@ class Runtime:
                 max_body_bytes=commands.max_body_bytes,
                 max_body_depth=commands.max_body_depth,
             )
+            inbox = self._inbox
+            self.observe_queue(
+                "commands.inbox", lambda: sum(messaging.queued(f) for f in inbox.filters)
+            )
         return self._inbox
+
+    def observe_queue(self, name: str, depth: Callable[[], int]) -> None:
+        """Reports `depth()` as the gauge ``queues/depth{queue=name}`` at each metrics emit,
+        so a backlog that only grows shows beside the others (`make soak` samples them)."""
+        self.metrics.observe(QUEUES_FAMILY, "depth", depth, {"queue": name})
 
     def set_metrics_interval(self, seconds: float) -> None:
         """A component's own metric cadence (an adapter's metricsIntervalSecs) overrides
@@ -288,6 +301,11 @@ class Runtime:
         self.events = Events(self._messaging, self.topics, stamp=config)
         links = ("local", "northbound") if messaging_config.northbound is not None else ("local",)
         self.publish_watch = PublishWatch(self._messaging, self.events, links).start()
+        for link in links:
+            self.observe_queue(
+                f"messaging.{link}",
+                functools.partial(_publish_backlog, self._messaging, link == "northbound"),
+            )
         emission = config.metric_emission
         if emission.enabled:
             emitter = create_emitter(
@@ -484,6 +502,10 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _publish_backlog(messaging: MessagingClient, northbound: bool) -> int:
+    return messaging.publish_status(northbound=northbound).backlog
 
 
 def load_component(name: str) -> type[ComponentApp]:

@@ -4,9 +4,10 @@ instant by `collect`."""
 from __future__ import annotations
 
 import enum
+import logging
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,8 @@ class MetricKind(str, enum.Enum):
 
 Number = int | float
 _Key = tuple[str, str, tuple[tuple[str, str], ...]]
+
+_log = logging.getLogger(__package__)
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,8 @@ class MetricsRegistry:
         # One lock for every metric, so a collect sees (and resets) all of them at one instant.
         self._lock = threading.Lock()
         self._metrics: dict[_Key, Counter | Gauge] = {}
+        # Gauges read at collect (unit, reader): a queue's depth is asked, not tracked.
+        self._observed: dict[_Key, tuple[str, Callable[[], Number]]] = {}
 
     @property
     def common_dimensions(self) -> Mapping[str, str]:
@@ -169,6 +174,23 @@ class MetricsRegistry:
         assert isinstance(metric, Gauge)
         return metric
 
+    def observe(
+        self,
+        family: str,
+        name: str,
+        read: Callable[[], Number],
+        dimensions: Mapping[str, str] | None = None,
+        *,
+        unit: str = "Count",
+    ) -> None:
+        """A gauge whose value is `read()` at each collect; observing the same coordinates
+        again replaces the reader."""
+        key = self._key(family, name, dimensions)
+        with self._lock:
+            if key in self._metrics:
+                raise ValueError(f"metric {family}/{name} already exists with another kind")
+            self._observed[key] = (unit, read)
+
     def remove(self, dimensions: Mapping[str, str]) -> int:
         """Forgets the metrics whose dimensions include all of these; returns how many."""
         wanted = set(_dimensions(dimensions, "dimension").items())
@@ -176,11 +198,14 @@ class MetricsRegistry:
             gone = [key for key in self._metrics if wanted <= set(key[2])]
             for key in gone:
                 del self._metrics[key]
-        return len(gone)
+            observed = [key for key in self._observed if wanted <= set(key[2])]
+            for key in observed:
+                del self._observed[key]
+        return len(gone) + len(observed)
 
     def collect(self, *, reset_interval: bool) -> list[MetricSample]:
         """Reads every metric at one instant; ``reset_interval`` starts a new interval."""
-        samples = []
+        samples = self._read_observed()
         with self._lock:
             for (family, name, dims), metric in self._metrics.items():
                 if isinstance(metric, Counter):
@@ -211,6 +236,28 @@ class MetricsRegistry:
                     )
         return samples
 
+    def _read_observed(self) -> list[MetricSample]:
+        # Outside the lock: a reader takes its own locks (a queue's), never this one.
+        with self._lock:
+            observed = list(self._observed.items())
+        samples = []
+        for (family, name, dims), (unit, read) in observed:
+            try:
+                value = read()
+            except Exception:  # a broken reader must not stop the other metrics
+                _log.exception("metric %s/%s: reading it failed", family, name)
+                continue
+            samples.append(
+                MetricSample(family, name, MetricKind.GAUGE, unit, dict(dims), value, None)
+            )
+        return samples
+
+    def _key(self, family: str, name: str, dimensions: Mapping[str, str] | None) -> _Key:
+        _name(family, "metric family")
+        _name(name, "metric name")
+        dims = {**self._common, **_dimensions(dimensions, "dimension")}
+        return (family, name, tuple(sorted(dims.items())))
+
     def _get(
         self,
         family: str,
@@ -219,11 +266,10 @@ class MetricsRegistry:
         kind: MetricKind,
         unit: str,
     ) -> Counter | Gauge:
-        _name(family, "metric family")
-        _name(name, "metric name")
-        dims = {**self._common, **_dimensions(dimensions, "dimension")}
-        key: _Key = (family, name, tuple(sorted(dims.items())))
+        key = self._key(family, name, dimensions)
         with self._lock:
+            if key in self._observed:
+                raise ValueError(f"metric {family}/{name} already exists with another kind")
             metric = self._metrics.get(key)
             if metric is None:
                 metric = (
