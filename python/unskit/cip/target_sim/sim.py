@@ -1,147 +1,84 @@
-"""A class-1 EtherNet/IP target for tests and demos: `unskit cip-target-sim`.
-
-The other side of a push-mode (implicit I/O) connection, written from the CIP and
-EtherNet/IP specifications as Wireshark's ENIP/CIP dissector reads them, and on purpose
-sharing no code with unskit's own CIP codecs (``unskit._core.cip``, ``unskit.cip.frames``,
-``unskit.cip.plan``): a misunderstanding in those cannot hide in both ends.
-
-- TCP encapsulation (port 44818 by default): RegisterSession, UnregisterSession,
-  ListIdentity, and SendRRData carrying Forward Open (0x54), Large Forward Open (0x5B) and
-  Forward Close (0x4E) to the Connection Manager (class 6 instance 1), directly or inside
-  one Unconnected Send (0x52, its route path not checked).
-- The connection path is ``[34 04 key] 20 04 24 <config> 2C <O->T> 2C <T->O>`` (padded
-  EPATH, 8- or 16-bit logical segments, an optional simple data segment 0x80 with
-  configuration data). A zero electronic key matches anything; a non-zero one must match
-  the sim's identity (0x0114 otherwise).
-- Connection ids, as CIP Vol. 2 (3-3.7.1) says: the consumer of a point-to-point
-  connection picks its id, the producer of a multicast one. So the sim picks the O->T id
-  (it consumes it), keeps the originator's T->O id for point-to-point T->O and picks its
-  own for multicast T->O.
-- Refusals are general status 0x01 with the extended status Wireshark names:
-  0x0100 connection in use (the same triad twice), 0x0106 ownership conflict (an output
-  assembly already owned), 0x0109 invalid connection size (the expected size follows as a
-  second word), 0x0111 RPI not supported (below ``min_rpi_ms``), 0x0114 key mismatch,
-  0x0129 / 0x012A / 0x012B unknown configuration / consuming (O->T) / producing (T->O)
-  assembly, 0x0315 invalid segment in the connection path, 0x0107 Forward Close of an
-  unknown connection, and ``refuse=`` forces any extended status.
-- UDP (port 2222 by default): consumes O->T datagrams (0x8002 sequenced address item +
-  0x00B1 connected data item: 16-bit sequence count, run/idle header for header32, data)
-  and produces T->O at the negotiated T->O API on absolute deadlines, to the originator's
-  address and the port of its Sockaddr Info T->O item (else 2222), or to the multicast
-  group (``IP_MULTICAST_IF`` 127.0.0.1, TTL 0). A connection whose O->T is silent for
-  its timeout (multiplier x O->T API, counted from the open) times out and stops
-  producing.
-
-Connection sizes in the network parameters include the 2-byte sequence count and, for
-header32, the 4-byte run/idle header. An assembly's real-time format is its
-`AssemblySpec.format`; unset, O->T is header32 and T->O modeless. A size-0 assembly used as
-O->T is a heartbeat (sequence count only, several connections may share it); as a
-configuration instance it takes no data.
-
-Quirks of the ``ethernetip`` PyPI package (1.2.0), the independent originator the tests
-use against this sim: it sends O->T to the module global ``ENIP_UDP_PORT`` and connects to
-``ENIP_TCP_PORT`` (read at call time, so tests patch them); it always sends a zero
-electronic key; its connection path is a packed EPATH, so instances above 255 come out
-malformed (tests use 8-bit instances); its O->T sequence count and number both start at 0
-and its run/idle header is always "run"; its UDP listener binds 0.0.0.0 and matches T->O
-by source address and T->O id; `stopIO` closes the socket under a thread still in
-``select``, and neither its producer socket nor its TCP socket is ever closed by it.
-"""
+"""The class-1 target: encapsulation sessions over TCP, class-1 connections over UDP, one
+service thread, and the controls the tests drive (see `unskit.cip.target_sim`)."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import logging
 import math
 import selectors
-import signal
 import socket
 import struct
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Literal
 
+from unskit.cip.target_sim.wire import (
+    DEFAULT_MULTICAST_GROUP,
+    DEFAULT_UDP_PORT,
+    DEVICE_TYPE,
+    ENCAP_HEADER,
+    ENCAP_INCORRECT_DATA,
+    ENCAP_INVALID_COMMAND,
+    ENCAP_INVALID_LENGTH,
+    ENCAP_INVALID_SESSION,
+    ENCAP_UNSUPPORTED_VERSION,
+    EXT_CONNECTION_IN_USE,
+    EXT_CONNECTION_NOT_FOUND,
+    EXT_INVALID_CONFIG_PATH,
+    EXT_INVALID_CONNECTION_SIZE,
+    EXT_INVALID_CONSUMING_PATH,
+    EXT_INVALID_PRODUCING_PATH,
+    EXT_INVALID_SEGMENT,
+    EXT_INVALID_T2O_CONNECTION_TYPE,
+    EXT_KEY_MISMATCH,
+    EXT_OWNERSHIP_CONFLICT,
+    EXT_RPI_NOT_SUPPORTED,
+    FORMATS,
+    FORWARD_CLOSE,
+    FORWARD_OPEN,
+    GS_CONNECTION_FAILURE,
+    GS_NOT_ENOUGH_DATA,
+    GS_PATH_DESTINATION_UNKNOWN,
+    GS_SERVICE_NOT_SUPPORTED,
+    GS_SUCCESS,
+    ITEM_IDENTITY,
+    ITEM_NULL,
+    ITEM_SOCKADDR_O2T,
+    ITEM_SOCKADDR_T2O,
+    ITEM_UNCONNECTED_DATA,
+    LARGE_FORWARD_OPEN,
+    LIST_IDENTITY,
+    MULTICAST,
+    P2P,
+    PRODUCT_CODE,
+    PRODUCT_NAME,
+    REGISTER_SESSION,
+    REVISION,
+    SEND_RR_DATA,
+    SERIAL_NUMBER,
+    UNCONNECTED_SEND,
+    UNREGISTER_SESSION,
+    VENDOR_ID,
+    Format,
+    MalformedError,
+    RefusalError,
+    cip_reply,
+    class1_datagram,
+    connection_size,
+    cpf_items,
+    logical_segment,
+    parse_class1,
+    sockaddr_item,
+)
 from unskit.errors import CipError
 
-__all__ = [
-    "DEFAULT_MULTICAST_GROUP",
-    "DEFAULT_TCP_PORT",
-    "DEFAULT_UDP_PORT",
-    "AssemblySpec",
-    "CipTargetSim",
-    "ConnectionInfo",
-    "demo_pattern",
-    "main",
-]
+__all__ = ["AssemblySpec", "CipTargetSim", "ConnectionInfo", "demo_pattern"]
 
 _log = logging.getLogger(__name__)
-
-DEFAULT_TCP_PORT = 44818
-DEFAULT_UDP_PORT = 2222
-DEFAULT_MULTICAST_GROUP = "239.192.1.1"
-
-Format = Literal["modeless", "header32", "heartbeat"]
-FORMATS: tuple[str, ...] = ("modeless", "header32", "heartbeat")
-
-# Encapsulation commands and statuses (Vol. 2, 2-3 and 2-4).
-_LIST_IDENTITY = 0x0063
-_REGISTER_SESSION = 0x0065
-_UNREGISTER_SESSION = 0x0066
-_SEND_RR_DATA = 0x006F
-_ENCAP_INVALID_COMMAND = 0x0001
-_ENCAP_INCORRECT_DATA = 0x0003
-_ENCAP_INVALID_SESSION = 0x0064
-_ENCAP_INVALID_LENGTH = 0x0065
-_ENCAP_UNSUPPORTED_VERSION = 0x0069
-_ENCAP_HEADER = struct.Struct("<HHII8sI")
-
-# Common packet format item types.
-_ITEM_NULL = 0x0000
-_ITEM_IDENTITY = 0x000C
-_ITEM_CONNECTED_DATA = 0x00B1
-_ITEM_UNCONNECTED_DATA = 0x00B2
-_ITEM_SOCKADDR_O2T = 0x8000
-_ITEM_SOCKADDR_T2O = 0x8001
-_ITEM_SEQUENCED_ADDRESS = 0x8002
-
-# Connection Manager services and statuses (Vol. 1, 3-5.6).
-_FORWARD_OPEN = 0x54
-_LARGE_FORWARD_OPEN = 0x5B
-_FORWARD_CLOSE = 0x4E
-_UNCONNECTED_SEND = 0x52
-_GS_SUCCESS = 0x00
-_GS_CONNECTION_FAILURE = 0x01
-_GS_PATH_DESTINATION_UNKNOWN = 0x05
-_GS_SERVICE_NOT_SUPPORTED = 0x08
-_GS_NOT_ENOUGH_DATA = 0x13
-EXT_CONNECTION_IN_USE = 0x0100
-EXT_OWNERSHIP_CONFLICT = 0x0106
-EXT_CONNECTION_NOT_FOUND = 0x0107
-EXT_INVALID_CONNECTION_SIZE = 0x0109
-EXT_RPI_NOT_SUPPORTED = 0x0111
-EXT_KEY_MISMATCH = 0x0114
-EXT_INVALID_T2O_CONNECTION_TYPE = 0x0124
-EXT_INVALID_CONFIG_PATH = 0x0129
-EXT_INVALID_CONSUMING_PATH = 0x012A
-EXT_INVALID_PRODUCING_PATH = 0x012B
-EXT_INVALID_SEGMENT = 0x0315
-
-_P2P = 2
-_MULTICAST = 1
-
-# The sim's identity (ListIdentity, electronic key): vendor 0xFFFF is unassigned by ODVA.
-VENDOR_ID = 0xFFFF
-DEVICE_TYPE = 0x000C  # communications adapter
-PRODUCT_CODE = 0x0001
-REVISION = (1, 1)
-SERIAL_NUMBER = 0x554E534B
-PRODUCT_NAME = b"unskit cip-target-sim"
 
 
 #: Distinct O->T images an assembly remembers for `outputs_seen`.
@@ -247,18 +184,6 @@ class _Connection:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(ConnectionInfo)}
         fields["dropped"] = dict(self.dropped)
         return ConnectionInfo(**fields)
-
-
-class _RefusalError(Exception):
-    """A Forward Open or Close refused with general status 0x01 and this extended status."""
-
-    def __init__(self, extended: int, *extra: int) -> None:
-        super().__init__(f"0x{extended:04X}")
-        self.words = (extended, *extra)
-
-
-class _MalformedError(Exception):
-    """A request too short or inconsistent to answer with anything but an error status."""
 
 
 @dataclass
@@ -580,18 +505,18 @@ class CipTargetSim:
             self._close_session(session)
             return
         session.buffer += chunk
-        while len(session.buffer) >= _ENCAP_HEADER.size:
-            command, length, handle, _status, context, options = _ENCAP_HEADER.unpack_from(
+        while len(session.buffer) >= ENCAP_HEADER.size:
+            command, length, handle, _status, context, options = ENCAP_HEADER.unpack_from(
                 session.buffer
             )
             if length > 65_511:
-                self._send_encap(session, command, handle, _ENCAP_INVALID_LENGTH, context, b"")
+                self._send_encap(session, command, handle, ENCAP_INVALID_LENGTH, context, b"")
                 self._close_session(session)
                 return
-            if len(session.buffer) < _ENCAP_HEADER.size + length:
+            if len(session.buffer) < ENCAP_HEADER.size + length:
                 return
-            body = bytes(session.buffer[_ENCAP_HEADER.size : _ENCAP_HEADER.size + length])
-            del session.buffer[: _ENCAP_HEADER.size + length]
+            body = bytes(session.buffer[ENCAP_HEADER.size : ENCAP_HEADER.size + length])
+            del session.buffer[: ENCAP_HEADER.size + length]
             if not self._command(session, command, handle, context, options, body):
                 self._close_session(session)
                 return
@@ -612,7 +537,7 @@ class CipTargetSim:
         context: bytes,
         body: bytes,
     ) -> None:
-        header = _ENCAP_HEADER.pack(command, len(body), handle, status, context, 0)
+        header = ENCAP_HEADER.pack(command, len(body), handle, status, context, 0)
         try:
             session.sock.sendall(header + body)
         except OSError:
@@ -628,40 +553,40 @@ class CipTargetSim:
         body: bytes,
     ) -> bool:
         """Answers one encapsulation message; False closes the TCP connection."""
-        if command == _REGISTER_SESSION:
+        if command == REGISTER_SESSION:
             if len(body) != 4:
-                self._send_encap(session, command, 0, _ENCAP_INVALID_LENGTH, context, body)
+                self._send_encap(session, command, 0, ENCAP_INVALID_LENGTH, context, body)
                 return True
             version, _flags = struct.unpack("<HH", body)
             if version != 1 or session.handle:
-                self._send_encap(session, command, 0, _ENCAP_UNSUPPORTED_VERSION, context, body)
+                self._send_encap(session, command, 0, ENCAP_UNSUPPORTED_VERSION, context, body)
                 return True
             self._next_session += 1
             session.handle = self._next_session
             self._send_encap(session, command, session.handle, 0, context, body)
             return True
-        if command == _UNREGISTER_SESSION:
+        if command == UNREGISTER_SESSION:
             return False  # no reply: the target closes the TCP connection (Vol. 2, 2-4.5)
-        if command == _LIST_IDENTITY:
+        if command == LIST_IDENTITY:
             self._send_encap(session, command, handle, 0, context, self._identity_item())
             return True
-        if command == _SEND_RR_DATA:
+        if command == SEND_RR_DATA:
             if not session.handle or handle != session.handle:
-                self._send_encap(session, command, handle, _ENCAP_INVALID_SESSION, context, b"")
+                self._send_encap(session, command, handle, ENCAP_INVALID_SESSION, context, b"")
                 return True
             try:
                 reply = self._send_rr_data(session, body)
-            except (_MalformedError, struct.error, IndexError) as exc:
+            except (MalformedError, struct.error, IndexError) as exc:
                 _log.info("cip-target-sim: malformed SendRRData: %s", exc)
-                self._send_encap(session, command, handle, _ENCAP_INCORRECT_DATA, context, b"")
+                self._send_encap(session, command, handle, ENCAP_INCORRECT_DATA, context, b"")
                 return True
             self._send_encap(session, command, handle, 0, context, reply)
             return True
-        self._send_encap(session, command, handle, _ENCAP_INVALID_COMMAND, context, b"")
+        self._send_encap(session, command, handle, ENCAP_INVALID_COMMAND, context, b"")
         return True
 
     def _identity_item(self) -> bytes:
-        sockaddr = _sockaddr(self.host, self.tcp_port)
+        sockaddr = sockaddr_item(self.host, self.tcp_port)
         name = PRODUCT_NAME
         identity = (
             struct.pack("<H", 1)
@@ -673,18 +598,18 @@ class CipTargetSim:
             + name
             + b"\x03"  # state: operational
         )
-        return struct.pack("<HHH", 1, _ITEM_IDENTITY, len(identity)) + identity
+        return struct.pack("<HHH", 1, ITEM_IDENTITY, len(identity)) + identity
 
     def _send_rr_data(self, session: _Session, body: bytes) -> bytes:
         if len(body) < 8:
-            raise _MalformedError("SendRRData shorter than its interface handle, timeout and count")
-        items = _cpf_items(body[6:])
-        message = next((data for kind, data in items if kind == _ITEM_UNCONNECTED_DATA), None)
+            raise MalformedError("SendRRData shorter than its interface handle, timeout and count")
+        items = cpf_items(body[6:])
+        message = next((data for kind, data in items if kind == ITEM_UNCONNECTED_DATA), None)
         if message is None:
-            raise _MalformedError("no unconnected data item")
-        t2o_sockaddr = next((data for kind, data in items if kind == _ITEM_SOCKADDR_T2O), None)
+            raise MalformedError("no unconnected data item")
+        t2o_sockaddr = next((data for kind, data in items if kind == ITEM_SOCKADDR_T2O), None)
         reply, extra_items = self._request(session, message, t2o_sockaddr)
-        out = [(_ITEM_NULL, b""), (_ITEM_UNCONNECTED_DATA, reply), *extra_items]
+        out = [(ITEM_NULL, b""), (ITEM_UNCONNECTED_DATA, reply), *extra_items]
         encoded = b"".join(struct.pack("<HH", kind, len(data)) + data for kind, data in out)
         return struct.pack("<IHH", 0, 0, len(out)) + encoded
 
@@ -697,38 +622,38 @@ class CipTargetSim:
     ) -> tuple[bytes, list[tuple[int, bytes]]]:
         """A Message Router request to (reply, extra CPF items)."""
         if len(message) < 2 or len(message) < 2 + 2 * message[1]:
-            return _reply(message[0] if message else 0, _GS_NOT_ENOUGH_DATA), []
+            return cip_reply(message[0] if message else 0, GS_NOT_ENOUGH_DATA), []
         service, words = message[0], message[1]
         path, data = message[2 : 2 + 2 * words], message[2 + 2 * words :]
         if path != b"\x20\x06\x24\x01":
-            return _reply(service, _GS_PATH_DESTINATION_UNKNOWN), []
-        if service == _UNCONNECTED_SEND and not routed and len(data) >= 4:
+            return cip_reply(service, GS_PATH_DESTINATION_UNKNOWN), []
+        if service == UNCONNECTED_SEND and not routed and len(data) >= 4:
             # Routed to this very device (the route path is not checked): the reply is the
             # embedded request's own (Vol. 1, 3-5.6.4).
             size = struct.unpack_from("<H", data, 2)[0]
             if len(data) >= 4 + size:
                 return self._request(session, data[4 : 4 + size], t2o_sockaddr, routed=True)
-            return _reply(service, _GS_NOT_ENOUGH_DATA), []
-        if service not in (_FORWARD_OPEN, _LARGE_FORWARD_OPEN, _FORWARD_CLOSE):
-            return _reply(service, _GS_SERVICE_NOT_SUPPORTED), []
-        if service == _FORWARD_CLOSE:
+            return cip_reply(service, GS_NOT_ENOUGH_DATA), []
+        if service not in (FORWARD_OPEN, LARGE_FORWARD_OPEN, FORWARD_CLOSE):
+            return cip_reply(service, GS_SERVICE_NOT_SUPPORTED), []
+        if service == FORWARD_CLOSE:
             return self._forward_close(data), []
-        large = service == _LARGE_FORWARD_OPEN
+        large = service == LARGE_FORWARD_OPEN
         fixed = 36 + (4 if large else 0)
         if len(data) < fixed:
-            return _reply(service, _GS_NOT_ENOUGH_DATA), []
+            return cip_reply(service, GS_NOT_ENOUGH_DATA), []
         triad = struct.unpack_from("<HHI", data, 10)
         tail = struct.pack("<HHI", *triad) + b"\x00\x00"
         try:
             return self._forward_open(session, data, large, t2o_sockaddr)
-        except _RefusalError as refusal:
+        except RefusalError as refusal:
             _log.info("cip-target-sim: Forward Open refused with 0x01/%s", refusal)
-            return _reply(service, _GS_CONNECTION_FAILURE, refusal.words, tail), []
+            return cip_reply(service, GS_CONNECTION_FAILURE, refusal.words, tail), []
 
     def _forward_open(
         self, session: _Session, data: bytes, large: bool, t2o_sockaddr: bytes | None
     ) -> tuple[bytes, list[tuple[int, bytes]]]:
-        service = _LARGE_FORWARD_OPEN if large else _FORWARD_OPEN
+        service = LARGE_FORWARD_OPEN if large else FORWARD_OPEN
         _tick, _ticks, _o2t_id, t2o_id, serial, vendor, orig_serial, multiplier = (
             struct.unpack_from("<BBIIHHIB", data)
         )
@@ -737,41 +662,41 @@ class CipTargetSim:
         at = 22 + struct.calcsize(params)
         path = data[at + 1 : at + 1 + 2 * data[at]]
         if len(path) != 2 * data[at]:
-            raise _RefusalError(EXT_INVALID_SEGMENT)
+            raise RefusalError(EXT_INVALID_SEGMENT)
         triad = (serial, vendor, orig_serial)
         if self.refuse is not None:
-            raise _RefusalError(self.refuse)
+            raise RefusalError(self.refuse)
         config, output, input_ = self._connection_path(path)
         size_mask, type_shift = (0xFFFF, 29) if large else (0x1FF, 13)
         o2t_size, t2o_size = o2t_params & size_mask, t2o_params & size_mask
         t2o_type = (t2o_params >> type_shift) & 3
         with self._changed:
             if any(c.triad == triad for c in self._by_o2t.values()):
-                raise _RefusalError(EXT_CONNECTION_IN_USE)
+                raise RefusalError(EXT_CONNECTION_IN_USE)
             if min(o2t_rpi, t2o_rpi) < self.min_rpi_ms * 1000:
-                raise _RefusalError(EXT_RPI_NOT_SUPPORTED)
-            if t2o_type not in (_P2P, _MULTICAST):
-                raise _RefusalError(EXT_INVALID_T2O_CONNECTION_TYPE)
+                raise RefusalError(EXT_RPI_NOT_SUPPORTED)
+            if t2o_type not in (P2P, MULTICAST):
+                raise RefusalError(EXT_INVALID_T2O_CONNECTION_TYPE)
             if config is not None and config not in self._assemblies:
-                raise _RefusalError(EXT_INVALID_CONFIG_PATH)
+                raise RefusalError(EXT_INVALID_CONFIG_PATH)
             if output not in self._assemblies:
-                raise _RefusalError(EXT_INVALID_CONSUMING_PATH)
+                raise RefusalError(EXT_INVALID_CONSUMING_PATH)
             if input_ not in self._assemblies:
-                raise _RefusalError(EXT_INVALID_PRODUCING_PATH)
+                raise RefusalError(EXT_INVALID_PRODUCING_PATH)
             out_spec, in_spec = self._assemblies[output].spec, self._assemblies[input_].spec
             o2t_format = out_spec.format or ("heartbeat" if out_spec.size == 0 else "header32")
             t2o_format = in_spec.format or "modeless"
-            want_o2t = _connection_size(out_spec.size, o2t_format)
-            want_t2o = _connection_size(in_spec.size, t2o_format)
+            want_o2t = connection_size(out_spec.size, o2t_format)
+            want_t2o = connection_size(in_spec.size, t2o_format)
             if o2t_size != want_o2t:
-                raise _RefusalError(EXT_INVALID_CONNECTION_SIZE, want_o2t)
+                raise RefusalError(EXT_INVALID_CONNECTION_SIZE, want_o2t)
             if t2o_size != want_t2o:
-                raise _RefusalError(EXT_INVALID_CONNECTION_SIZE, want_t2o)
+                raise RefusalError(EXT_INVALID_CONNECTION_SIZE, want_t2o)
             if o2t_format != "heartbeat" and any(
                 c.output_instance == output for c in self._by_o2t.values()
             ):
-                raise _RefusalError(EXT_OWNERSHIP_CONFLICT)
-            multicast = t2o_type == _MULTICAST
+                raise RefusalError(EXT_OWNERSHIP_CONFLICT)
+            multicast = t2o_type == MULTICAST
             port = DEFAULT_UDP_PORT
             if t2o_sockaddr is not None and len(t2o_sockaddr) == 16:
                 port = struct.unpack_from(">H", t2o_sockaddr, 2)[0] or DEFAULT_UDP_PORT
@@ -815,10 +740,10 @@ class CipTargetSim:
             input_,
         )
         body = struct.pack("<IIHHIIIBB", o2t_id, t2o_id, *triad, o2t_api, t2o_api, 0, 0)
-        items = [(_ITEM_SOCKADDR_O2T, _sockaddr(self.host, self.udp_port))]
+        items = [(ITEM_SOCKADDR_O2T, sockaddr_item(self.host, self.udp_port))]
         if multicast:
-            items.append((_ITEM_SOCKADDR_T2O, _sockaddr(*destination)))
-        return _reply(service, _GS_SUCCESS, (), body), items
+            items.append((ITEM_SOCKADDR_T2O, sockaddr_item(*destination)))
+        return cip_reply(service, GS_SUCCESS, (), body), items
 
     def _connection_path(self, path: bytes) -> tuple[int | None, int, int]:
         """(config instance or None, O->T connection point, T->O connection point)."""
@@ -830,37 +755,37 @@ class CipTargetSim:
             segment = path[at]
             if segment == 0x34:  # electronic key, format 4
                 if at + 10 > len(path) or path[at + 1] != 0x04:
-                    raise _RefusalError(EXT_INVALID_SEGMENT)
+                    raise RefusalError(EXT_INVALID_SEGMENT)
                 vendor, device, product, major, minor = struct.unpack_from("<HHHBB", path, at + 2)
                 self._check_key(vendor, device, product, major & 0x7F, minor)
                 at += 10
             elif segment in (0x20, 0x24, 0x2C):  # 8-bit class, instance, connection point
                 if at + 2 > len(path):
-                    raise _RefusalError(EXT_INVALID_SEGMENT)
+                    raise RefusalError(EXT_INVALID_SEGMENT)
                 value, at = path[at + 1], at + 2
-                klass, config = _logical(segment, value, klass, config, points)
+                klass, config = logical_segment(segment, value, klass, config, points)
             elif segment in (0x21, 0x25, 0x2D):  # 16-bit, padded: a pad byte first
                 if at + 4 > len(path):
-                    raise _RefusalError(EXT_INVALID_SEGMENT)
+                    raise RefusalError(EXT_INVALID_SEGMENT)
                 value, at = struct.unpack_from("<H", path, at + 2)[0], at + 4
-                klass, config = _logical(segment & 0xFC, value, klass, config, points)
+                klass, config = logical_segment(segment & 0xFC, value, klass, config, points)
             elif segment == 0x80:  # simple data segment: configuration data, ignored
                 if at + 2 > len(path):
-                    raise _RefusalError(EXT_INVALID_SEGMENT)
+                    raise RefusalError(EXT_INVALID_SEGMENT)
                 at += 2 + 2 * path[at + 1]
                 if at > len(path):
-                    raise _RefusalError(EXT_INVALID_SEGMENT)
+                    raise RefusalError(EXT_INVALID_SEGMENT)
             else:
-                raise _RefusalError(EXT_INVALID_SEGMENT)
+                raise RefusalError(EXT_INVALID_SEGMENT)
         if klass != 0x04 or len(points) != 2:
-            raise _RefusalError(EXT_INVALID_SEGMENT)
+            raise RefusalError(EXT_INVALID_SEGMENT)
         return config, points[0], points[1]
 
     def _check_key(self, vendor: int, device: int, product: int, major: int, minor: int) -> None:
         mine = (VENDOR_ID, DEVICE_TYPE, PRODUCT_CODE, *REVISION)
         for asked, have in zip((vendor, device, product, major, minor), mine, strict=True):
             if asked and asked != have:
-                raise _RefusalError(EXT_KEY_MISMATCH)
+                raise RefusalError(EXT_KEY_MISMATCH)
 
     def _new_id(self) -> int:
         self._next_id += 1
@@ -868,15 +793,15 @@ class CipTargetSim:
 
     def _forward_close(self, data: bytes) -> bytes:
         if len(data) < 12:
-            return _reply(_FORWARD_CLOSE, _GS_NOT_ENOUGH_DATA)
+            return cip_reply(FORWARD_CLOSE, GS_NOT_ENOUGH_DATA)
         triad = struct.unpack_from("<HHI", data, 2)
         tail = struct.pack("<HHI", *triad)
         with self._changed:
             connection = next((c for c in self._by_o2t.values() if c.triad == triad), None)
             if connection is None:
-                return _reply(
-                    _FORWARD_CLOSE,
-                    _GS_CONNECTION_FAILURE,
+                return cip_reply(
+                    FORWARD_CLOSE,
+                    GS_CONNECTION_FAILURE,
                     (EXT_CONNECTION_NOT_FOUND,),
                     tail + b"\x00\x00",
                 )
@@ -884,7 +809,7 @@ class CipTargetSim:
             del self._by_o2t[connection.o2t_id]
             self._changed.notify_all()
         _log.info("cip-target-sim: closed O->T 0x%08X", connection.o2t_id)
-        return _reply(_FORWARD_CLOSE, _GS_SUCCESS, (), tail + b"\x00\x00")
+        return cip_reply(FORWARD_CLOSE, GS_SUCCESS, (), tail + b"\x00\x00")
 
     # -- UDP: class-1 datagrams --------------------------------------------------------------
 
@@ -900,7 +825,7 @@ class CipTargetSim:
             self._consume(datagram)
 
     def _consume(self, datagram: bytes) -> None:
-        parsed = _parse_class1(datagram)
+        parsed = parse_class1(datagram)
         with self._changed:
             if parsed is None:
                 self.malformed += 1
@@ -950,7 +875,7 @@ class CipTargetSim:
             self._wrong_size -= 1
             data += b"\x00"
         connection.t2o_sequence = (connection.t2o_sequence + 1) & 0xFFFFFFFF
-        datagram = _class1(
+        datagram = class1_datagram(
             connection.t2o_id,
             connection.t2o_sequence,
             assembly.sequence_count,
@@ -964,7 +889,7 @@ class CipTargetSim:
         if self._reorder:
             self._reorder -= 1
             copies.append(
-                _class1(
+                class1_datagram(
                     connection.t2o_id,
                     (connection.t2o_sequence - 1) & 0xFFFFFFFF,
                     (assembly.sequence_count - 1) & 0xFFFF,
@@ -1002,217 +927,3 @@ def demo_pattern(image: bytearray, tick: int, seconds: float) -> None:
         struct.pack_into("<f", image, 4, 100.0 * math.sin(2 * math.pi * seconds / 10.0))
     if len(image) >= 9:
         image[8] = tick & 0xFF
-
-
-def _logical(
-    segment: int, value: int, klass: int | None, config: int | None, points: list[int]
-) -> tuple[int | None, int | None]:
-    if segment == 0x20:
-        return value, config
-    if segment == 0x24:
-        return klass, value
-    points.append(value)
-    if len(points) > 2:
-        raise _RefusalError(EXT_INVALID_SEGMENT)
-    return klass, config
-
-
-def _connection_size(data_size: int, real_time_format: str) -> int:
-    if real_time_format == "heartbeat":
-        return 2
-    return 2 + (4 if real_time_format == "header32" else 0) + data_size
-
-
-def _reply(service: int, status: int, extended: Sequence[int] = (), body: bytes = b"") -> bytes:
-    header = bytes([service | 0x80, 0, status, len(extended)])
-    return header + b"".join(struct.pack("<H", word) for word in extended) + body
-
-
-def _sockaddr(host: str, port: int) -> bytes:
-    """A Sockaddr Info item's body: big-endian, as struct sockaddr_in."""
-    return struct.pack(">hH4s8x", socket.AF_INET, port, socket.inet_aton(host))
-
-
-def _cpf_items(data: bytes) -> list[tuple[int, bytes]]:
-    if len(data) < 2:
-        raise _MalformedError("no item count")
-    count = struct.unpack_from("<H", data)[0]
-    at, items = 2, []
-    for _ in range(count):
-        if at + 4 > len(data):
-            raise _MalformedError("truncated item header")
-        kind, length = struct.unpack_from("<HH", data, at)
-        at += 4
-        if at + length > len(data):
-            raise _MalformedError("truncated item")
-        items.append((kind, data[at : at + length]))
-        at += length
-    return items
-
-
-def _parse_class1(datagram: bytes) -> tuple[int, int, bytes] | None:
-    """(connection id, sequence number, connected data) of a class-1 datagram, else None."""
-    try:
-        items = _cpf_items(datagram)
-    except _MalformedError:
-        return None
-    if len(items) != 2 or items[0][0] != _ITEM_SEQUENCED_ADDRESS or len(items[0][1]) != 8:
-        return None
-    if items[1][0] != _ITEM_CONNECTED_DATA or len(items[1][1]) < 2:
-        return None
-    connection_id, sequence = struct.unpack("<II", items[0][1])
-    return connection_id, sequence, items[1][1]
-
-
-def _class1(connection_id: int, sequence: int, count: int, header32: bool, data: bytes) -> bytes:
-    payload = struct.pack("<H", count) + (struct.pack("<I", 1) if header32 else b"") + data
-    return (
-        struct.pack("<HHHII", 2, _ITEM_SEQUENCED_ADDRESS, 8, connection_id, sequence)
-        + struct.pack("<HH", _ITEM_CONNECTED_DATA, len(payload))
-        + payload
-    )
-
-
-# -- command line ----------------------------------------------------------------------------
-
-
-def _assembly_option(text: str) -> tuple[int, AssemblySpec]:
-    parts = text.split(":")
-    try:
-        if len(parts) not in (2, 3):
-            raise ValueError
-        instance, size = int(parts[0], 0), int(parts[1], 0)
-        real_time_format = parts[2] if len(parts) == 3 else None
-        if not 0 <= instance <= 0xFFFF:
-            raise ValueError
-        return instance, AssemblySpec(size, real_time_format)  # type: ignore[arg-type]
-    except (ValueError, CipError) as exc:
-        detail = f": {exc}" if str(exc) else ""
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not INSTANCE:SIZE[:FORMAT] (FORMAT {', '.join(FORMATS)}){detail}"
-        ) from None
-
-
-def _port_option(text: str) -> int:
-    try:
-        port = int(text, 0)
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port 0..65535")
-    return port
-
-
-def _echo_option(text: str) -> tuple[int, int]:
-    try:
-        out, _, in_ = text.partition(":")
-        return int(out, 0), int(in_, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not OUT:IN") from None
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="unskit cip-target-sim",
-        description="A class-1 EtherNet/IP target for tests and demos. Prints "
-        "'READY tcp=PORT udp=PORT' when it listens; SIGTERM or SIGINT stops it (exit 0).",
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
-    parser.add_argument(
-        "--tcp-port", type=_port_option, default=DEFAULT_TCP_PORT, help="0: any free"
-    )
-    parser.add_argument(
-        "--udp-port", type=_port_option, default=DEFAULT_UDP_PORT, help="0: any free"
-    )
-    parser.add_argument(
-        "--assembly",
-        action="append",
-        type=_assembly_option,
-        metavar="INSTANCE:SIZE[:FORMAT]",
-        help="an assembly (repeatable); default 100:16 (input), 150:16 (output), 151:0 "
-        "(configuration); FORMAT modeless, header32 or heartbeat",
-    )
-    parser.add_argument(
-        "--echo", action="append", type=_echo_option, default=[], metavar="OUT:IN",
-        help="copy each O->T image of OUT into the T->O image of IN (repeatable)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--pattern",
-        choices=["demo"],
-        help="animate an assembly: UDINT tick count at 0, REAL sine at 4, toggling bits at 8",
-    )
-    parser.add_argument(
-        "--pattern-instance", type=int, default=100, help="the animated assembly (100)"
-    )
-    parser.add_argument(
-        "--pattern-ms", type=float, default=100.0, help="one tick of the pattern (100 ms)"
-    )
-    parser.add_argument("--min-rpi-ms", type=float, default=1.0, help="smaller RPIs: 0x0111")
-    parser.add_argument(
-        "--api-us", type=int, help="grant this API (us) in both directions, whatever is asked"
-    )
-    parser.add_argument(
-        "--refuse", type=lambda t: int(t, 0), metavar="EXT", help="refuse every Forward Open"
-    )
-    parser.add_argument("--multicast-group", default=None, help=DEFAULT_MULTICAST_GROUP)
-    parser.add_argument("-v", "--verbose", action="store_true", help="log connections")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the sim until SIGTERM or SIGINT; returns the exit code (0, or 2 for bad usage)."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(message)s",
-    )
-    assemblies = dict(args.assembly) if args.assembly else None
-    try:
-        sim = CipTargetSim(
-            host=args.host,
-            tcp_port=args.tcp_port,
-            udp_port=args.udp_port,
-            assemblies=assemblies,
-            min_rpi_ms=args.min_rpi_ms,
-            api_override_us=args.api_us,
-            refuse=args.refuse,
-            multicast_group=args.multicast_group,
-        )
-        for out, in_ in args.echo:
-            sim.echo(out, in_)
-        if args.pattern:
-            sim.animate(args.pattern_instance, args.pattern_ms)
-    except CipError as exc:
-        print(f"cip-target-sim: {exc}", file=sys.stderr)
-        return 2
-    # Blocked before the service thread starts (it inherits the mask), then awaited here:
-    # no handler runs at an arbitrary point, and the wait is no poll.
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
-    try:
-        try:
-            sim.start()
-        except OSError as exc:
-            print(f"cip-target-sim: cannot listen on {args.host}: {exc}", file=sys.stderr)
-            return 2
-        with _closing(sim):
-            print(f"READY tcp={sim.tcp_port} udp={sim.udp_port}", flush=True)
-            signal.sigwait(_SIGNALS)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-    return 0
-
-
-_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-@contextlib.contextmanager
-def _closing(sim: CipTargetSim) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        sim.stop()
-
-
-if __name__ == "__main__":
-    sys.exit(main())
