@@ -23,7 +23,7 @@ from tests.messaging.test_client import Inbox
 from tests.support.adapter import framework_sections
 from tests.support.mosquitto import Mosquitto
 from tests.support.servers import component_process, free_port, wait_until
-from tests.support.sshd import PASSPHRASE, Sshd
+from tests.support.sshd import PASSPHRASE, PasswordAccount, Sshd, password_account
 from unskit.config.secrets import Secret, SecretRef
 from unskit.egress.config import parse_host_key
 
@@ -409,3 +409,56 @@ def test_a_connection_lost_during_a_discard_does_not_end_the_worker(
     assert "differs from the source" in events.of("verification-failed")[0]["error"]
     assert (remote / "v.bin").read_bytes() == data
     assert events.of("file-delivered")[0]["bytesSent"] == len(data)
+
+
+@pytest.fixture
+def account_folder() -> Iterator[tuple[PasswordAccount, Path]]:
+    """A fresh folder in the password account's home (outside /tmp, which that account
+    cannot reach), removed after the test."""
+    import shutil
+    import uuid
+
+    account = password_account()
+    folder = account.home / f"t-{uuid.uuid4().hex[:8]}"
+    yield account, folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_password_login_delivers_as_a_real_account(
+    harness: Harness, sshd: Sshd, account_folder, caplog: pytest.LogCaptureFixture
+):
+    account, folder = account_folder
+    small = write_file(harness.source / "a.csv", 1000)
+    big = write_file(harness.source / "d" / "big.bin", 3 * MIB + 1)
+    settings = sshd.destination(folder / "in", username=account.user, password=account.password)
+    del settings["privateKey"], settings["passphrase"]
+    _, events = harness.start([settings])
+    wait_until(lambda: len(events.of("file-completed")) == 2, 60, "two files")
+    assert (folder / "in" / "a.csv").read_bytes() == small
+    assert (folder / "in" / "d" / "big.bin").read_bytes() == big
+    # Written by the account itself: the login was the password one, not root's key.
+    assert (folder / "in" / "d" / "big.bin").stat().st_uid == account.uid
+    assert not list(folder.rglob("*.part"))
+    assert account.password not in caplog.text
+
+
+def test_a_wrong_password_for_a_real_account_is_refused_without_echo(sshd: Sshd, tmp_path: Path):
+    from unskit.egress.backends import open_backend
+    from unskit.errors import DestinationError
+
+    account = password_account()
+    wrong = "wrong-" + account.password
+    vault = Vault({"sftp-login": {"username": account.user, "password": wrong}})
+    settings = sshd.destination(tmp_path)
+    for key in ("username", "privateKey", "passphrase"):
+        del settings[key]
+    settings["credentials"] = {"$secret": "sftp-login"}
+    backend = open_backend(settings, vault)
+    try:
+        # This account may log in by password: the method is accepted, the password not.
+        with pytest.raises(DestinationError, match="Authentication failed") as refused:
+            backend.connect()  # type: ignore[attr-defined]
+        assert wrong not in str(refused.value)
+        assert "BadAuthenticationType" not in str(refused.value)
+    finally:
+        backend.close()

@@ -1,6 +1,7 @@
 """Debian's OpenSSH sshd on a free loopback port with its own configuration, host key and
 client key under a temporary folder (`sshd -D -e -f config`), serving SFTP with
-internal-sftp. Key authentication only (a password login would need a system account)."""
+internal-sftp. Key authentication, and password authentication for one real account made by
+scripts/install-system-deps (`password_account`), which may use sftp only."""
 
 from __future__ import annotations
 
@@ -14,6 +15,33 @@ from tests.support.servers import free_port, port_open, require_binary, wait_unt
 
 #: The passphrase of the client key: a secret the tests look for in logs.
 PASSPHRASE = "sshd-test-passphrase-value"
+#: A real account with a password (made by scripts/install-system-deps): its home takes
+#: uploads, its password is random and readable by root only.
+PASSWORD_USER = "unskit-sftp"
+PASSWORD_FILE = Path("/var/lib/unskit-test/sftp-password")
+
+
+@dataclass(frozen=True)
+class PasswordAccount:
+    user: str
+    password: str
+    home: Path
+    uid: int
+
+
+def password_account() -> PasswordAccount:
+    """The sftp password-login account; in CI its absence fails the test run."""
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(PASSWORD_USER)
+        password = PASSWORD_FILE.read_text().strip()
+    except (KeyError, OSError) as error:
+        raise RuntimeError(
+            f"the sftp test account {PASSWORD_USER} is missing ({error}): run `make test` "
+            "(scripts/install-system-deps)"
+        ) from error
+    return PasswordAccount(PASSWORD_USER, password, Path(entry.pw_dir), entry.pw_uid)
 
 
 def _keygen(path: Path, passphrase: str = "") -> None:
@@ -60,6 +88,10 @@ class Sshd:
                     "StrictModes no",
                     "Subsystem sftp internal-sftp",
                     "LogLevel VERBOSE",
+                    # The password-login account (scripts/install-system-deps), sftp only.
+                    f"Match User {PASSWORD_USER}",
+                    "    PasswordAuthentication yes",
+                    "    ForceCommand internal-sftp",
                     "",
                 ]
             )
