@@ -24,11 +24,11 @@ import boto3.s3.transfer
 from tests.support.moto import MotoServer
 
 from unskit.egress.config import (
-    DestinationSpec,
     EgressSettings,
     InstanceSpec,
     RetryPolicy,
     SourceSpec,
+    destination_spec,
 )
 from unskit.egress.pipeline import Pipeline
 from unskit.egress.state import EgressState
@@ -88,14 +88,7 @@ def run_pipeline(
     spec = InstanceSpec(
         "bench",
         SourceSpec(source, settle_seconds=0),
-        (
-            DestinationSpec(
-                "dest",
-                destination["type"],
-                destination.get("bandwidthBytesPerSec", 0),
-                destination,
-            ),
-        ),
+        (destination_spec({"id": "dest", **destination}, 0),),
         None,
         0,
         RetryPolicy(),

@@ -13,12 +13,11 @@ import pytest
 
 from tests.support.moto import MotoServer
 from unskit.egress.config import (
-    DestinationSpec,
     EgressSettings,
     InstanceSpec,
     RetryPolicy,
     SourceSpec,
-    destination_id,
+    destination_spec,
 )
 from unskit.egress.pipeline import Pipeline
 from unskit.egress.state import EgressState
@@ -91,12 +90,7 @@ class Harness:
             source=SourceSpec(
                 self.source, include=include, settle_seconds=settle, completion_marker=marker
             ),
-            destinations=tuple(
-                DestinationSpec(
-                    destination_id(d, i), d["type"], d.get("bandwidthBytesPerSec", 0), d
-                )
-                for i, d in enumerate(destinations)
-            ),
+            destinations=tuple(destination_spec(d, i) for i, d in enumerate(destinations)),
             archive_dir=archive,
             bandwidth=bandwidth,
             retry=retry or RetryPolicy(initial_backoff_ms=100, max_backoff_ms=500),

@@ -255,9 +255,14 @@ def test_status_pause_resume_and_retry(adapters: AdapterHarness, tmp_path: Path)
     blocked.unlink()
     reply = client.call("retry", {"requestId": uuid.uuid4().hex}, instance="line-1")
     assert reply == {"instance": "line-1", "requeued": ["a.bin"]}
-    wait_until(lambda: not (source / "a.bin").exists(), 20, "completion after sb/retry")
+    # The source goes first, then the record (a crash between the two is settled at start).
+    wait_until(
+        lambda: client.call("status", instance="line-1")["files"] == {"completed": 1},
+        20,
+        "completion after sb/retry",
+    )
+    assert not (source / "a.bin").exists()
     assert (blocked / "a.bin").read_bytes() == data
-    assert client.call("status", instance="line-1")["files"] == {"completed": 1}
     with pytest.raises(CommandError, match="NO_SUCH_INSTANCE"):
         client.call("status", instance="line-9")
 

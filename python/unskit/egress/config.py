@@ -31,6 +31,7 @@ __all__ = [
     "SourceSpec",
     "component_schema",
     "configuration_issues",
+    "destination_spec",
     "parse_component",
     "parse_host_key",
 ]
@@ -43,6 +44,9 @@ DEFAULT_MULTIPART_BYTES = 8 * 1024 * 1024
 DEFAULT_SETTLE_SECONDS = 5.0
 DEFAULT_PROGRESS_INTERVAL_MS = 1000
 DEFAULT_RETENTION_HOURS = 168.0
+#: Files in flight per destination (issue 16): a second file goes while one waits on a
+#: slow server, and two connections stay polite to it.
+DEFAULT_MAX_CONCURRENT_FILES = 2
 
 
 @functools.cache
@@ -83,6 +87,19 @@ class DestinationSpec:
     type: str
     bandwidth: int
     settings: Mapping[str, Any] = field(repr=False)
+    #: Files sent to this destination at once, each by its own worker and connection.
+    max_concurrent_files: int = DEFAULT_MAX_CONCURRENT_FILES
+
+
+def destination_spec(entry: Mapping[str, Any], index: int) -> DestinationSpec:
+    """The `index`th entry of an instance's egress list (schema-checked), typed."""
+    return DestinationSpec(
+        id=destination_id(entry, index),
+        type=entry["type"],
+        bandwidth=entry.get("bandwidthBytesPerSec", 0),
+        settings=entry,
+        max_concurrent_files=entry.get("maxConcurrentFiles", DEFAULT_MAX_CONCURRENT_FILES),
+    )
 
 
 @dataclass(frozen=True)
@@ -227,12 +244,7 @@ def parse_component(config: ComponentConfig) -> EgressSettings:
                     completion_marker=source.get("completionMarker"),
                 ),
                 destinations=tuple(
-                    DestinationSpec(
-                        id=destination_id(destination, index),
-                        type=destination["type"],
-                        bandwidth=destination.get("bandwidthBytesPerSec", 0),
-                        settings=destination,
-                    )
+                    destination_spec(destination, index)
                     for index, destination in enumerate(entry["egress"])
                 ),
                 archive_dir=Path(os.path.abspath(archive)) if archive else None,

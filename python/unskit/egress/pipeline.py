@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from unskit.config.secrets import SecretResolver
-from unskit.egress.backends import open_backend
+from unskit.egress.backends import Backend, open_backend
 from unskit.egress.config import EgressSettings, InstanceSpec
 from unskit.egress.context import EventSink, InstanceContext, ProgressSink, no_events
 from unskit.egress.discovery import SourceScanner
@@ -21,7 +21,7 @@ from unskit.egress.lifecycle import SourceLifecycle
 from unskit.egress.outcomes import DeliveryOutcomes
 from unskit.egress.state import DeliveryState, EgressState
 from unskit.egress.throttle import TokenBucket
-from unskit.egress.worker import DestinationWorker
+from unskit.egress.worker import DeliveryClaims, DestinationWorker
 from unskit.runtime.metrics import MetricsRegistry
 
 __all__ = ["EventSink", "InstancePipeline", "Pipeline", "ProgressSink"]
@@ -54,9 +54,20 @@ class InstancePipeline:
         self._context = InstanceContext(
             spec, state, metrics, events, files=dict(files) if files is not None else None
         )
-        backends = [open_backend(dest.settings, secrets) for dest in spec.destinations]
+        # One backend (one connection) per worker: maxConcurrentFiles per destination.
+        backends: list[list[Backend]] = []
+        try:
+            for dest in spec.destinations:
+                backends.append([])
+                for _ in range(dest.max_concurrent_files):
+                    backends[-1].append(open_backend(dest.settings, secrets))
+        except BaseException:
+            for backend in (b for group in backends for b in group):
+                backend.close()
+            raise
         self._lifecycle = SourceLifecycle(
-            self._context, {dest.id: b for dest, b in zip(spec.destinations, backends, strict=True)}
+            self._context,
+            {dest.id: group[0] for dest, group in zip(spec.destinations, backends, strict=True)},
         )
         outcomes = DeliveryOutcomes(
             self._context,
@@ -65,18 +76,23 @@ class InstancePipeline:
             progress_interval_s=progress_interval_s,
         )
         bucket = TokenBucket(spec.bandwidth)
-        self.workers = [
-            DestinationWorker(
-                self._context,
-                dest,
-                backend,
-                lifecycle=self._lifecycle,
-                outcomes=outcomes,
-                instance_bucket=bucket,
-                shared_buckets=shared_buckets,
+        self.workers: list[DestinationWorker] = []
+        for dest, group in zip(spec.destinations, backends, strict=True):
+            claims = DeliveryClaims()
+            buckets = (bucket, TokenBucket(dest.bandwidth), *shared_buckets)
+            self.workers.extend(
+                DestinationWorker(
+                    self._context,
+                    dest,
+                    backend,
+                    lifecycle=self._lifecycle,
+                    outcomes=outcomes,
+                    claims=claims,
+                    buckets=buckets,
+                    slot=slot,
+                )
+                for slot, backend in enumerate(group)
             )
-            for dest, backend in zip(spec.destinations, backends, strict=True)
-        ]
         self._scanner = SourceScanner(self._context, self._lifecycle, watch=watch)
 
     @property
@@ -172,6 +188,11 @@ class InstancePipeline:
     def status(self) -> dict[str, Any]:
         """The sb/status view: queue and each file's per-destination state."""
         files = self.state.active_files(self.spec.id)
+        sending: dict[str, list[str]] = {dest.id: [] for dest in self.spec.destinations}
+        for worker in self.workers:
+            current = worker.current
+            if current is not None:
+                sending[worker.spec.id].append(current)
         queue = []
         for file in files[:STATUS_QUEUE_LIMIT]:
             queue.append(
@@ -199,12 +220,14 @@ class InstancePipeline:
             "files": self.state.counts(self.spec.id),
             "destinations": [
                 {
-                    "id": w.spec.id,
-                    "type": w.spec.type,
-                    "sending": w.current,
-                    "bandwidthBytesPerSec": w.spec.bandwidth,
+                    "id": dest.id,
+                    "type": dest.type,
+                    "sending": next(iter(sending[dest.id]), None),
+                    "inFlight": sending[dest.id],
+                    "maxConcurrentFiles": dest.max_concurrent_files,
+                    "bandwidthBytesPerSec": dest.bandwidth,
                 }
-                for w in self.workers
+                for dest in self.spec.destinations
             ],
             "queue": queue,
             "queueTotal": len(files),

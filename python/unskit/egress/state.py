@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -215,23 +215,27 @@ class EgressState:
         return found[0] if found else None
 
     def next_due(
-        self, instance: str, dest: str, now: float
+        self, instance: str, dest: str, now: float, exclude: Collection[int] = ()
     ) -> tuple[tuple[FileRecord, DeliveryRecord] | None, float | None]:
-        """The oldest file due for this destination, else when the next one falls due."""
+        """The oldest file due for this destination (other than the `exclude` file ids, in
+        flight already), else when the next one falls due."""
         columns = ", ".join(f"f.{c.strip()}" for c in FILE_COLUMNS.split(","))
         delivery_columns = ", ".join(f"d.{c.strip()}" for c in DELIVERY_COLUMNS.split(","))
         where = (
             "FROM files f JOIN deliveries d ON d.file_id = f.id WHERE f.instance = ? "
             "AND f.state = 'active' AND d.dest = ? AND d.state = 'pending'"
         )
+        excluded = tuple(exclude)
+        if excluded:
+            where += f" AND f.id NOT IN ({', '.join('?' * len(excluded))})"
         rows = self._all(
             f"SELECT {columns}, {delivery_columns} {where} AND d.next_at <= ? "
             "ORDER BY f.id LIMIT 1",
-            (instance, dest, now),
+            (instance, dest, *excluded, now),
         )
         if rows:
             return (file_record(rows[0][:7]), delivery_record(rows[0][7:])), None
-        later = self._all(f"SELECT MIN(d.next_at) {where}", (instance, dest))
+        later = self._all(f"SELECT MIN(d.next_at) {where}", (instance, dest, *excluded))
         value = later[0][0] if later else None
         return None, None if value is None else float(value)  # type: ignore[arg-type]
 

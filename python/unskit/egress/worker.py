@@ -1,9 +1,10 @@
-"""One destination's delivery worker: it takes the instance's files due for that
-destination one at a time, hands each to the backend under the throttle, and turns what
-the backend raised into the outcome to record.
+"""A destination's delivery workers: each takes the instance's next file due for that
+destination that no other worker of the destination holds (`maxConcurrentFiles` workers,
+each with its own backend connection), hands it to the backend under the throttle, and
+turns what the backend raised into the outcome to record.
 
-A worker never polls: it sleeps until a file is queued, a retry falls due, or the
-instance is resumed."""
+A worker never polls: it sleeps until a file is queued, a retry falls due, a file is
+released by another worker, or the instance is resumed."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from unskit.egress.config import DestinationSpec
 from unskit.egress.context import InstanceContext
 from unskit.egress.lifecycle import SourceLifecycle
 from unskit.egress.outcomes import DeliveryOutcomes
-from unskit.egress.records import DeliveryRecord, FileRecord
+from unskit.egress.records import DeliveryRecord, DeliveryState, FileRecord
 from unskit.egress.throttle import Throttle, TokenBucket
 from unskit.errors import (
     EgressError,
@@ -27,13 +28,39 @@ from unskit.errors import (
     VerificationError,
 )
 
-__all__ = ["DestinationWorker"]
+__all__ = ["DeliveryClaims", "DestinationWorker"]
 
 _log = logging.getLogger(__name__)
 
 
+class DeliveryClaims:
+    """The files a destination's workers hold: a file is sent by one worker at a time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: set[int] = set()
+
+    def held(self) -> frozenset[int]:
+        """The file ids being sent now."""
+        with self._lock:
+            return frozenset(self._held)
+
+    def claim(self, file_id: int) -> bool:
+        """Takes a file; False when another worker took it first."""
+        with self._lock:
+            if file_id in self._held:
+                return False
+            self._held.add(file_id)
+            return True
+
+    def release(self, file_id: int) -> None:
+        """Gives a file back (sent, failed, interrupted or changed)."""
+        with self._lock:
+            self._held.discard(file_id)
+
+
 class DestinationWorker:
-    """Delivers an instance's queued files to one destination, one file at a time."""
+    """One of a destination's workers: delivers its files one at a time."""
 
     def __init__(
         self,
@@ -43,20 +70,22 @@ class DestinationWorker:
         *,
         lifecycle: SourceLifecycle,
         outcomes: DeliveryOutcomes,
-        instance_bucket: TokenBucket,
-        shared_buckets: tuple[TokenBucket, ...] = (),
+        claims: DeliveryClaims,
+        buckets: tuple[TokenBucket, ...],
+        slot: int = 0,
     ) -> None:
         self.context = context
         self.spec = spec
         self.backend = backend
         self.lifecycle = lifecycle
         self.outcomes = outcomes
-        self.bucket = TokenBucket(spec.bandwidth)
-        self._buckets = [instance_bucket, self.bucket, *shared_buckets]
+        self._claims = claims
+        # The instance's, the destination's (shared by its workers) and the component's.
+        self._buckets = list(buckets)
         #: The relative path being sent, if any (sb/status shows it).
         self.current: str | None = None
         self.thread = threading.Thread(
-            target=self._run, name=f"egress-{context.id}-{spec.id}", daemon=True
+            target=self._run, name=f"egress-{context.id}-{spec.id}-{slot}", daemon=True
         )
 
     def _run(self) -> None:
@@ -66,7 +95,18 @@ class DestinationWorker:
             if not ctx.paused:
                 due, wait = self._next_due()
                 if due is not None:
-                    self._deliver(*due)
+                    file = due[0]
+                    if self._claims.claim(file.id):
+                        try:
+                            # Read again under the claim: another worker may have sent it
+                            # between the query and the claim.
+                            delivery = self._still_due(file)
+                            if delivery is not None:
+                                self._deliver(file, delivery)
+                        finally:
+                            self._claims.release(file.id)
+                            # A file this worker held may be due again for the others.
+                            ctx.notify()
                     continue
             with ctx.wake:
                 if ctx.stopping.is_set():
@@ -75,8 +115,16 @@ class DestinationWorker:
 
     def _next_due(self) -> tuple[tuple[FileRecord, DeliveryRecord] | None, float | None]:
         now = time.time()
-        due, later = self.context.state.next_due(self.context.id, self.spec.id, now)
+        due, later = self.context.state.next_due(
+            self.context.id, self.spec.id, now, self._claims.held()
+        )
         return due, None if later is None else max(later - now, 0.01)
+
+    def _still_due(self, file: FileRecord) -> DeliveryRecord | None:
+        delivery = self.context.state.delivery(file.id, self.spec.id)
+        if delivery is None or delivery.state is not DeliveryState.PENDING:
+            return None
+        return delivery if delivery.next_at <= time.time() else None
 
     def _deliver(self, file: FileRecord, delivery: DeliveryRecord) -> None:
         ctx = self.context
