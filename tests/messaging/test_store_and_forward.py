@@ -31,6 +31,7 @@ from unskit.config.messaging import StoreAndForwardConfig
 from unskit.config.model import BrokerConfig, MessagingConfig
 from unskit.errors import PublishError
 from unskit.messaging import MessagingClient, QoS
+from unskit.messaging.outbox import OutboxStatus
 from unskit.runtime.component import Runtime
 from unskit.runtime.echo import EchoComponent
 from unskit.runtime.outbox_watch import OUTBOX_OVERFLOW
@@ -253,9 +254,8 @@ def test_a_link_lost_mid_replay_loses_nothing_and_keeps_the_order(
         broker_later.start()
         receiver.connect()
         wait_until(lambda: receiver.distinct() >= n // 3, 30, "a third replayed")
-        # The broker goes away mid-replay (SIGTERM: it keeps the receiver's queue; a
-        # SIGKILL would lose what the broker had acknowledged but not yet delivered, which
-        # no publisher can prevent).
+        # The broker goes away mid-replay (SIGTERM: it keeps the receiver's queue; see the
+        # SIGKILL case below for what a killed broker loses).
         broker_later.stop()
         wait_until(lambda: not client.northbound_connected(), 10, "the link to drop")
         left = client.outbox_status()
@@ -265,7 +265,50 @@ def test_a_link_lost_mid_replay_loses_nothing_and_keeps_the_order(
         wait_until(lambda: receiver.distinct() >= n, 60, f"all {n} messages northbound")
         order, _times, _duplicates = receiver.first_occurrences()
         assert order == list(range(n)), "first occurrences out of order or with gaps"
-        wait_until(lambda: client.outbox_status().entries == 0, 10, "the outbox emptied")  # type: ignore[union-attr]
+        wait_until(lambda: _outbox(client).entries == 0, 10, "the outbox emptied")
+        assert _outbox(client).delivered == n
+    finally:
+        receiver.disconnect()
+        client.close(timeout=2)
+
+
+def _outbox(client: MessagingClient) -> OutboxStatus:
+    status = client.outbox_status()
+    assert status is not None
+    return status
+
+
+@pytest.mark.slow
+def test_a_broker_killed_mid_replay_gets_every_entry_again(
+    broker: Mosquitto, broker_later: Mosquitto, tmp_path: Path
+) -> None:
+    """A SIGKILLed broker forgets what it acknowledged but had not yet delivered or saved
+    (the receiver's session too): no publisher can restore that. What the outbox owes is
+    that every entry is sent until a broker acknowledged it, in order: the outbox drains
+    with every entry delivered once, and the receiver sees no message out of order."""
+    n = 6000
+    receiver = Receiver(broker_later.plain_port)
+    outbox = StoreAndForwardConfig(
+        path=tmp_path / "outbox.sqlite3", replay_messages_per_second=3000, max_in_flight=200
+    )
+    client = _client(broker.plain_port, broker_later.plain_port, outbox)
+    try:
+        for i in range(n):
+            client.publish_northbound_raw(TOPIC, {"i": i}, QoS.AT_LEAST_ONCE)
+        broker_later.start()
+        receiver.connect()
+        wait_until(lambda: receiver.distinct() >= n // 3, 30, "a third replayed")
+        broker_later.kill()
+        wait_until(lambda: not client.northbound_connected(), 10, "the link to drop")
+        left = _outbox(client)
+        assert 0 < left.entries < n
+        broker_later.start()
+        wait_until(lambda: _outbox(client).entries == 0, 60, "the outbox drained")
+        assert _outbox(client).delivered == n
+        assert _outbox(client).lost == 0
+        wait_until(lambda: receiver.distinct() >= n // 3 + 1, 10, "the receiver back")
+        order, _times, _duplicates = receiver.first_occurrences()
+        assert order == sorted(order), "a message overtook an earlier one"
     finally:
         receiver.disconnect()
         client.close(timeout=2)
@@ -288,7 +331,7 @@ def test_qos0_is_stored_and_sent_at_qos0(
         wait_until(lambda: receiver.distinct() >= 50, 30, "the QoS 0 messages")
         order, _times, duplicates = receiver.first_occurrences()
         assert (order, duplicates) == (list(range(50)), 0)
-        wait_until(lambda: client.outbox_status().entries == 0, 10, "the outbox emptied")  # type: ignore[union-attr]
+        wait_until(lambda: _outbox(client).entries == 0, 10, "the outbox emptied")
     finally:
         receiver.disconnect()
         client.close(timeout=2)
