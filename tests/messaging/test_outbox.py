@@ -149,3 +149,12 @@ def test_a_file_that_is_no_database_is_a_clear_error(tmp_path: Path) -> None:
     path.write_bytes(b"not a database" * 100)
     with pytest.raises(MessagingError, match=r"storeAndForward.*not a usable outbox"):
         Outbox(StoreAndForwardConfig(path=path))
+
+
+def test_an_entry_that_cannot_be_sent_is_counted_as_dropped(tmp_path: Path) -> None:
+    outbox = make(tmp_path)
+    seq = outbox.append(TOPIC, payload(0), QoS.AT_LEAST_ONCE)
+    assert outbox.delete([seq], dropped=True) == 1
+    status = outbox.status()
+    assert (status.entries, status.dropped, status.delivered) == (0, 1, 0)
+    outbox.close()

@@ -337,6 +337,20 @@ def test_qos0_is_stored_and_sent_at_qos0(
         client.close(timeout=2)
 
 
+def test_a_topic_no_broker_accepts_is_refused_before_it_is_stored(
+    broker: Mosquitto, broker_later: Mosquitto, tmp_path: Path
+) -> None:
+    outbox = StoreAndForwardConfig(path=tmp_path / "outbox.sqlite3")
+    client = _client(broker.plain_port, broker_later.plain_port, outbox)
+    try:
+        for topic in ("saf/+", "saf/#", ""):
+            with pytest.raises(ValueError, match="wildcard"):
+                client.publish_northbound_raw(topic, {"i": 0}, QoS.AT_LEAST_ONCE)
+        assert _outbox(client).entries == 0
+    finally:
+        client.close(timeout=0)
+
+
 def test_without_store_and_forward_nothing_is_stored(
     broker: Mosquitto, broker_later: Mosquitto, tmp_path: Path
 ) -> None:

@@ -38,6 +38,9 @@ EXPIRY_INTERVAL_S = 1.0
 PACE_BURST_S = 0.05
 LOG_EVERY = 1_000
 LINK_DOWN_WAIT_S = 0.1
+# After an unexpected error in the replay loop, before trying again.
+ERROR_WAIT_S = 1.0
+MAX_PAYLOAD_BYTES = 268_435_455
 
 _INSERT = "INSERT INTO outbox (topic, payload, qos, enqueued_ms, size) VALUES (?, ?, ?, ?, ?)"
 _SCHEMA = """
@@ -222,8 +225,9 @@ class Outbox:
                 (after, limit),
             ).fetchall()
 
-    def delete(self, seqs: Iterable[int]) -> int:
-        """Deletes delivered entries (ones already gone are skipped); returns how many."""
+    def delete(self, seqs: Iterable[int], *, dropped: bool = False) -> int:
+        """Deletes delivered entries, or with `dropped` ones that cannot be sent (ones
+        already gone are skipped); returns how many."""
         seqs = list(seqs)
         deleted = 0
         with self._lock:
@@ -238,7 +242,10 @@ class Outbox:
                 deleted += len(rows)
                 self._entries -= len(rows)
                 self._bytes -= sum(r[0] for r in rows)
-            self._delivered += deleted
+            if dropped:
+                self._dropped += deleted
+            else:
+                self._delivered += deleted
             if deleted:
                 self._oldest_ms = self._oldest_locked()
         return deleted
@@ -358,7 +365,13 @@ class Forwarder:
         return self
 
     def publish(self, topic: str, payload: bytes, qos: QoS) -> None:
-        """Stores the publish (durably, before returning) and wakes the replay thread."""
+        """Stores the publish (durably, before returning) and wakes the replay thread;
+        raises ValueError, as paho would, for a topic no broker accepts."""
+        # Checked here: once stored, an entry paho refuses could only be dropped.
+        if not topic or "+" in topic or "#" in topic or "\0" in topic:
+            raise ValueError(f"publish topic {topic!r} is empty or has a wildcard or NUL")
+        if len(payload) > MAX_PAYLOAD_BYTES:
+            raise ValueError(f"payload of {len(payload)} bytes is over MQTT's limit")
         self.outbox.append(topic, payload, qos)
         with self._cond:
             self._cond.notify()
@@ -400,6 +413,20 @@ class Forwarder:
     # -- replay thread --------------------------------------------------------------------
 
     def _run(self) -> None:
+        while True:
+            try:
+                self._replay()
+                return
+            except Exception:  # the replay must outlive a failed query or a bug
+                _log.exception("messaging northbound: outbox replay failed; resuming")
+            with self._cond:
+                if self._stop:
+                    return
+                self._cond.wait(ERROR_WAIT_S)
+                if self._stop:
+                    return
+
+    def _replay(self) -> None:
         tokens = max(1.0, self._pace * PACE_BURST_S) if self._pace else 0.0
         refilled = time.monotonic()
         next_expiry = 0.0
@@ -444,8 +471,8 @@ class Forwarder:
             if self._pace:
                 tokens -= sent
             if blocked:
-                # paho dropped a QoS 0 publish: the link is down and its callback is on the
-                # way; wait for it rather than spin.
+                # paho dropped a QoS 0 publish or refused one: the link is going down (its
+                # callback is on the way) or paho's queue is full; wait rather than spin.
                 with self._cond:
                     if self._connected and not self._stop:
                         self._cond.wait(LINK_DOWN_WAIT_S)
@@ -463,15 +490,20 @@ class Forwarder:
         for seq, topic, payload, qos in rows:
             try:
                 packet_id = self._transport.publish_tracked(topic, payload, QoS(qos))
-            except (MessagingError, ValueError) as error:
-                # paho refused it (a queue bound, an invalid topic stored by an older
-                # version): the entry cannot be sent, so it is not kept to block the rest.
+            except ValueError as error:
+                # A topic or payload paho refuses (stored by an older version): it can never
+                # be sent, so it is dropped, counted, rather than block the rest.
                 _log.error(
                     "messaging northbound: outbox entry %d to %r dropped: %s", seq, topic, error
                 )
-                self.outbox.delete([seq])
+                self.outbox.delete([seq], dropped=True)
                 self._cursor = seq
                 continue
+            except MessagingError as error:
+                # Refused for now (paho's queue, a closing transport): sent again later.
+                _log.warning("messaging northbound: outbox entry %d not sent yet: %s", seq, error)
+                blocked = True
+                break
             if packet_id is None:  # QoS 0 while the link went down: try again once it is up
                 blocked = True
                 break
