@@ -33,9 +33,11 @@ class PublishStatus:
     """How one link's publishing fares: its state, unacknowledged backlog and losses."""
 
     connected: bool
-    #: QoS 1/2 publishes not yet acknowledged by the broker (queued ones included).
+    #: QoS 1/2 publishes not yet acknowledged by the broker (queued ones included); with
+    #: store-and-forward, the entries in the outbox.
     backlog: int
-    #: Publishes lost since start (QoS 0 dropped while down, refused when the queue is full).
+    #: Publishes lost since start (QoS 0 dropped while down, refused when the queue is full;
+    #: with store-and-forward, also what the outbox dropped, refused or expired).
     failures: int
 
 
