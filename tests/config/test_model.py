@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 from types import MappingProxyType
 
 import pytest
 
 from unskit import Identity, MessageBuilder
 from unskit.config import ComponentConfig, Platform, Secret, SecretRef, resolve_config
+from unskit.config.messaging import OverflowPolicy
 from unskit.config.model import (
     HealthConfig,
     LoggingConfig,
@@ -318,6 +320,63 @@ def test_broker_keys_tls_and_secrets() -> None:
     assert northbound.credentials.username == "u"
     assert northbound.credentials.password == SecretRef("nb", "pw")
     assert messaging.request_timeout_seconds == 0.0
+
+
+def test_store_and_forward_is_off_by_default() -> None:
+    document = patched({"messaging": {"northbound": {"host": "nb.example.com"}}})
+    northbound = _config(document).messaging.northbound
+    assert northbound is not None
+    assert northbound.store_and_forward is None
+    document = patched(
+        {"messaging": {"northbound": {"host": "nb", "storeAndForward": {"enabled": False}}}}
+    )
+    northbound = _config(document).messaging.northbound
+    assert northbound is not None
+    assert northbound.store_and_forward is None
+
+
+def test_store_and_forward_defaults_to_the_state_directory(tmp_path: Path) -> None:
+    document = patched(
+        {
+            "messaging": {"northbound": {"host": "nb", "storeAndForward": {"enabled": True}}},
+            "commands": {"stateDir": str(tmp_path), "durableSync": True},
+        }
+    )
+    config = _config(document)
+    assert config.messaging.northbound is not None
+    outbox = config.messaging.northbound.store_and_forward
+    assert outbox is not None
+    thing, token = config.thing_name, config.component_token
+    assert outbox.path == tmp_path / thing / token / "outbox.sqlite3"
+    assert outbox.synchronous_full
+    assert (outbox.max_bytes, outbox.max_age_seconds) == (64 * 1024 * 1024, 7 * 24 * 3600)
+    assert outbox.overflow is OverflowPolicy.DROP_OLDEST
+    assert (outbox.replay_messages_per_second, outbox.max_in_flight) == (0, 1000)
+
+
+def test_store_and_forward_keys_are_read() -> None:
+    section = {
+        "enabled": True,
+        "path": "/var/lib/edge/out.db",
+        "maxBytes": 1_000_000,
+        "maxAgeSeconds": 0,
+        "overflow": "refuseNewest",
+        "replayMessagesPerSecond": 250,
+        "maxInFlight": 50,
+    }
+    document = patched({"messaging": {"northbound": {"host": "nb", "storeAndForward": section}}})
+    northbound = _config(document).messaging.northbound
+    assert northbound is not None
+    outbox = northbound.store_and_forward
+    assert outbox is not None
+    assert outbox.path == Path("/var/lib/edge/out.db")
+    assert not outbox.synchronous_full
+    assert (outbox.max_bytes, outbox.max_age_seconds, outbox.overflow) == (
+        1_000_000,
+        0,
+        OverflowPolicy.REFUSE_NEWEST,
+    )
+    assert (outbox.replay_messages_per_second, outbox.max_in_flight) == (250, 50)
 
 
 def test_inline_password_becomes_a_secret() -> None:

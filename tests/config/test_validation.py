@@ -147,6 +147,67 @@ BAD: list[tuple[str, Any, Platform, str, tuple[str, ...]]] = [
         ("not both",),
     ),
     (
+        "store-and-forward-unknown-key",
+        patched({"messaging": {"northbound": {"host": "a", "storeAndForward": {"maxMB": 1}}}}),
+        Platform.HOST,
+        "$.messaging.northbound.storeAndForward.maxMB",
+        (),
+    ),
+    (
+        "store-and-forward-overflow",
+        patched(
+            {"messaging": {"northbound": {"host": "a", "storeAndForward": {"overflow": "drop"}}}}
+        ),
+        Platform.HOST,
+        "$.messaging.northbound.storeAndForward.overflow",
+        ("dropOldest", "refuseNewest"),
+    ),
+    (
+        "store-and-forward-max-bytes",
+        patched({"messaging": {"northbound": {"host": "a", "storeAndForward": {"maxBytes": 100}}}}),
+        Platform.HOST,
+        "$.messaging.northbound.storeAndForward.maxBytes",
+        ("65536",),
+    ),
+    (
+        "store-and-forward-pace",
+        patched(
+            {
+                "messaging": {
+                    "northbound": {"host": "a", "storeAndForward": {"replayMessagesPerSecond": -1}}
+                }
+            }
+        ),
+        Platform.HOST,
+        "$.messaging.northbound.storeAndForward.replayMessagesPerSecond",
+        (),
+    ),
+    (
+        "store-and-forward-in-flight",
+        patched(
+            {"messaging": {"northbound": {"host": "a", "storeAndForward": {"maxInFlight": 0}}}}
+        ),
+        Platform.HOST,
+        "$.messaging.northbound.storeAndForward.maxInFlight",
+        (),
+    ),
+    (
+        "store-and-forward-enabled-type",
+        patched(
+            {"messaging": {"northbound": {"host": "a", "storeAndForward": {"enabled": "yes"}}}}
+        ),
+        Platform.HOST,
+        "$.messaging.northbound.storeAndForward.enabled",
+        (),
+    ),
+    (
+        "store-and-forward-on-local",
+        patched({"messaging": {"local": {"storeAndForward": {"enabled": True}}}}),
+        Platform.HOST,
+        "$.messaging.local.storeAndForward",
+        (),
+    ),
+    (
         "northbound-embedded",
         patched({"messaging": {"northbound": {"host": "embedded"}}}),
         Platform.HOST,

@@ -101,6 +101,14 @@ class Mosquitto:
             self.process.wait(5)
         self.process = None
 
+    def kill(self) -> None:
+        """SIGKILL: sessions and queued messages not yet saved are lost."""
+        if self.process is None:
+            return
+        self.process.kill()
+        self.process.wait(5)
+        self.process = None
+
     def restart(self) -> None:
         self.stop()
         self.start()

@@ -8,9 +8,11 @@ a test) builds `MessagingConfig` and `BrokerConfig` directly.
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from unskit.config.secrets import Secret, SecretRef
@@ -25,7 +27,9 @@ __all__ = [
     "BrokerConfig",
     "BrokerCredentials",
     "MessagingConfig",
+    "OverflowPolicy",
     "QosConfig",
+    "StoreAndForwardConfig",
     "messaging_from_section",
 ]
 
@@ -51,6 +55,38 @@ class BrokerCredentials:
     password: Secret | SecretRef | None = None
 
 
+class OverflowPolicy(str, enum.Enum):
+    """What a full outbox does with a new publish."""
+
+    DROP_OLDEST = "dropOldest"
+    REFUSE_NEWEST = "refuseNewest"
+
+
+#: storeAndForward defaults (docs/configuration.md).
+OUTBOX_FILE = "outbox.sqlite3"
+DEFAULT_OUTBOX_MAX_BYTES = 64 * 1024 * 1024
+DEFAULT_OUTBOX_MAX_AGE_SECONDS = 7 * 24 * 3600.0
+DEFAULT_OUTBOX_MAX_IN_FLIGHT = 1000
+
+
+@dataclass(frozen=True)
+class StoreAndForwardConfig:
+    """The northbound outbox (``messaging.northbound.storeAndForward``), when enabled."""
+
+    #: The SQLite file; a component defaults it to {stateDir}/{thing}/{component}/outbox.sqlite3.
+    path: Path
+    max_bytes: int = DEFAULT_OUTBOX_MAX_BYTES
+    #: Entries older than this are dropped (counted as expired); 0 keeps them until sent.
+    max_age_seconds: float = DEFAULT_OUTBOX_MAX_AGE_SECONDS
+    overflow: OverflowPolicy = OverflowPolicy.DROP_OLDEST
+    #: Replay pace; 0 sends as fast as the window allows.
+    replay_messages_per_second: float = 0.0
+    #: Messages sent but not yet acknowledged, at most.
+    max_in_flight: int = DEFAULT_OUTBOX_MAX_IN_FLIGHT
+    #: synchronous=FULL commits (commands.durableSync): survives a power cut, not only a kill.
+    synchronous_full: bool = False
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
     """One broker: host (or endpoint), port, client id, default QoS, credentials."""
@@ -60,6 +96,8 @@ class BrokerConfig:
     client_id: str
     qos: QosConfig = QosConfig()
     credentials: BrokerCredentials = BrokerCredentials()
+    #: The northbound outbox; None (the default) publishes straight to the link.
+    store_and_forward: StoreAndForwardConfig | None = None
 
     @property
     def embedded(self) -> bool:
@@ -98,13 +136,26 @@ class MessagingConfig:
         return self.local is None
 
 
-def messaging_from_section(section: Mapping[str, Any], thing: str, token: str) -> MessagingConfig:
+def messaging_from_section(
+    section: Mapping[str, Any],
+    thing: str,
+    token: str,
+    *,
+    state_dir: Path | None = None,
+    durable_sync: bool = False,
+) -> MessagingConfig:
     """The ``messaging`` section of a validated document; client ids default to
-    ``{thing}-{token}``."""
+    ``{thing}-{token}``, the outbox file to ``{state_dir}/outbox.sqlite3``."""
     northbound = section.get("northbound")
+    if northbound is not None:
+        outbox = _store_and_forward(northbound.get("storeAndForward", {}), state_dir, durable_sync)
+        broker = _broker(northbound, "northbound", thing, token)
+        northbound_config = broker if outbox is None else replace(broker, store_and_forward=outbox)
+    else:
+        northbound_config = None
     return MessagingConfig(
         local=_broker(section["local"], "local", thing, token),
-        northbound=None if northbound is None else _broker(northbound, "northbound", thing, token),
+        northbound=northbound_config,
         request_timeout_seconds=float(
             section.get("requestTimeoutSeconds", DEFAULT_REQUEST_TIMEOUT_SECONDS)
         ),
@@ -141,4 +192,27 @@ def _broker(block: Mapping[str, Any], role: str, thing: str, token: str) -> Brok
         client_id=block.get("clientId", f"{thing}-{token}"),
         qos=QosConfig(publish=qos.get("publish", 1), subscribe=qos.get("subscribe", 1)),
         credentials=credentials,
+    )
+
+
+def _store_and_forward(
+    block: Mapping[str, Any], state_dir: Path | None, durable_sync: bool
+) -> StoreAndForwardConfig | None:
+    if not block.get("enabled", False):
+        return None
+    path = block.get("path")
+    if path is None:
+        if state_dir is None:
+            raise ValueError("messaging.northbound.storeAndForward: no path and no state directory")
+        resolved = state_dir / OUTBOX_FILE
+    else:
+        resolved = Path(path)
+    return StoreAndForwardConfig(
+        path=resolved,
+        max_bytes=int(block.get("maxBytes", DEFAULT_OUTBOX_MAX_BYTES)),
+        max_age_seconds=float(block.get("maxAgeSeconds", DEFAULT_OUTBOX_MAX_AGE_SECONDS)),
+        overflow=OverflowPolicy(block.get("overflow", OverflowPolicy.DROP_OLDEST.value)),
+        replay_messages_per_second=float(block.get("replayMessagesPerSecond", 0)),
+        max_in_flight=int(block.get("maxInFlight", DEFAULT_OUTBOX_MAX_IN_FLIGHT)),
+        synchronous_full=durable_sync,
     )

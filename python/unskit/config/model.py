@@ -287,6 +287,7 @@ def build_config(
     )
     topic = _section(document, "topic")
     credentials = document.get("credentials")
+    commands = _commands(_section(document, "commands"))
     try:
         metric_emission = MetricEmissionConfig.from_section(document.get("metricEmission"))
         logging_config = LoggingConfig.from_section(document.get("logging"), platform)
@@ -307,7 +308,13 @@ def build_config(
             root=topic.get("root", DEFAULT_TOPIC_ROOT),
             include_root=topic.get("includeRoot", False),
         ),
-        messaging=messaging_from_section(document["messaging"], thing, component_token),
+        messaging=messaging_from_section(
+            document["messaging"],
+            thing,
+            component_token,
+            state_dir=commands.store_path(thing, component_token).parent,
+            durable_sync=commands.durable_sync,
+        ),
         credentials=None
         if credentials is None
         else CredentialsConfig(
@@ -318,7 +325,7 @@ def build_config(
         metric_emission=metric_emission,
         logging=logging_config,
         heartbeat=_heartbeat(_section(document, "heartbeat")),
-        commands=_commands(_section(document, "commands")),
+        commands=commands,
         health=health,
         document=freeze(document),
         source=source,

@@ -16,13 +16,14 @@ from unskit.envelope import Message
 from unskit.errors import MessagingError
 from unskit.messaging.link import HOLD_MAX_MESSAGES, Link, LinkStats
 from unskit.messaging.mqtt import MqttTransport
+from unskit.messaging.outbox import AckingTransport, Forwarder, Outbox, OutboxStatus
 from unskit.messaging.reply_to import RefusalLog, ReplyRefusal, reply_refusal
 from unskit.messaging.requests import DeadlineTimer, RequestFuture
 from unskit.messaging.subscriptions import Handler
 from unskit.messaging.transport import QoS, Transport
 from unskit.topics import REPLY_TOPIC_PREFIX, check_not_reserved, topic_matches_filter
 
-__all__ = ["HOLD_MAX_MESSAGES", "LinkStats", "MessagingClient", "PublishStatus"]
+__all__ = ["HOLD_MAX_MESSAGES", "LinkStats", "MessagingClient", "OutboxStatus", "PublishStatus"]
 
 _log = logging.getLogger(__name__)
 
@@ -32,9 +33,11 @@ class PublishStatus:
     """How one link's publishing fares: its state, unacknowledged backlog and losses."""
 
     connected: bool
-    #: QoS 1/2 publishes not yet acknowledged by the broker (queued ones included).
+    #: QoS 1/2 publishes not yet acknowledged by the broker (queued ones included); with
+    #: store-and-forward, the entries in the outbox.
     backlog: int
-    #: Publishes lost since start (QoS 0 dropped while down, refused when the queue is full).
+    #: Publishes lost since start (QoS 0 dropped while down, refused when the queue is full;
+    #: with store-and-forward, also what the outbox dropped, refused or expired).
     failures: int
 
 
@@ -68,7 +71,8 @@ class MessagingClient:
         if northbound is None and config.northbound is not None:
             northbound = _mqtt(config.northbound, "northbound", secrets, persistent_session)
         if northbound is not None:
-            self._northbound = Link(northbound, config.northbound, self._timer)
+            forwarder = _forwarder(northbound, config.northbound)
+            self._northbound = Link(northbound, config.northbound, self._timer, forwarder)
         self._closed = False
         self._close_lock = threading.Lock()
 
@@ -255,10 +259,26 @@ class MessagingClient:
 
     def publish_status(self, northbound: bool = False) -> PublishStatus:
         """The local (or northbound) link's publishing: connected, backlog, failures."""
-        transport = (self._require_northbound() if northbound else self._local).transport
+        link = self._require_northbound() if northbound else self._local
+        transport = link.transport
+        if link.forwarder is not None:
+            # Stored entries are the unacknowledged backlog; what the bounds removed is lost.
+            outbox = link.forwarder.outbox.status()
+            return PublishStatus(
+                transport.is_connected(),
+                outbox.entries,
+                transport.publish_failures() + outbox.lost,
+            )
         return PublishStatus(
             transport.is_connected(), transport.publish_backlog(), transport.publish_failures()
         )
+
+    def outbox_status(self) -> OutboxStatus | None:
+        """The northbound outbox's depth and losses; None without store-and-forward."""
+        link = self._northbound
+        if link is None or link.forwarder is None:
+            return None
+        return link.forwarder.outbox.status()
 
     def northbound_connected(self) -> bool:
         """The northbound link's state (False when none is configured); never readiness."""
@@ -311,3 +331,16 @@ def _mqtt(
     config: BrokerConfig, name: str, secrets: SecretResolver | None, persistent_session: bool
 ) -> Transport:
     return MqttTransport(config, name=name, secrets=secrets, persistent_session=persistent_session)
+
+
+def _forwarder(transport: Transport, config: BrokerConfig | None) -> Forwarder | None:
+    outbox_config = None if config is None else config.store_and_forward
+    if outbox_config is None:
+        return None
+    if not hasattr(transport, "publish_tracked") or not hasattr(transport, "on_acknowledged"):
+        raise MessagingError(
+            "messaging.northbound.storeAndForward needs a transport that reports "
+            "acknowledgements (MQTT)"
+        )
+    acking: AckingTransport = transport  # type: ignore[assignment]
+    return Forwarder(Outbox(outbox_config), acking)

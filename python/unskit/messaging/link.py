@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from unskit.config.model import BrokerConfig
 from unskit.envelope import Message
 from unskit.errors import EnvelopeError, MessagingError, RequestTimeoutError
+from unskit.messaging.outbox import Forwarder
 from unskit.messaging.reply_to import ReplyRefusal
 from unskit.messaging.requests import DEADLINE_TAG, DeadlineTimer, ReplyTopics, RequestFuture
 from unskit.messaging.subscriptions import Handler, Subscription
@@ -49,9 +50,16 @@ class Link:
     """One broker: its transport, subscriptions and pending requests."""
 
     def __init__(
-        self, transport: Transport, config: BrokerConfig | None, timer: DeadlineTimer
+        self,
+        transport: Transport,
+        config: BrokerConfig | None,
+        timer: DeadlineTimer,
+        forwarder: Forwarder | None = None,
     ) -> None:
         self.transport = transport
+        #: The store-and-forward outbox's replay, when configured: every publish goes
+        #: through it, so stored and live messages keep one order.
+        self.forwarder = forwarder
         self.publish_qos = QoS(config.qos.publish) if config else QoS.AT_LEAST_ONCE
         self.subscribe_qos = QoS(config.qos.subscribe) if config else QoS.AT_LEAST_ONCE
         self._timer = timer
@@ -81,6 +89,8 @@ class Link:
         if hold:
             self._held = []
         self.transport.start(self.on_message, self._on_link)
+        if self.forwarder is not None:
+            self.forwarder.start()
 
     def release(self) -> int:
         """Delivers the held messages in order and stops holding; returns how many."""
@@ -127,6 +137,8 @@ class Link:
 
     def _on_link(self, up: bool) -> None:
         _log.info("messaging %s: link %s", self.name, "up" if up else "down")
+        if self.forwarder is not None:
+            self.forwarder.link_changed(up)
         with self._link_changed:
             self._link_changed.notify_all()
 
@@ -246,8 +258,13 @@ class Link:
             refused[refusal.value] = refused.get(refusal.value, 0) + 1
 
     def publish(self, topic: str, payload: bytes, qos: QoS | None) -> None:
-        """Publishes bytes at `qos`, or at the link's default QoS when None."""
-        self.transport.publish(topic, payload, self.publish_qos if qos is None else QoS(qos))
+        """Publishes bytes at `qos`, or at the link's default QoS when None (through the
+        outbox when there is one)."""
+        chosen = self.publish_qos if qos is None else QoS(qos)
+        if self.forwarder is not None:
+            self.forwarder.publish(topic, payload, chosen)
+        else:
+            self.transport.publish(topic, payload, chosen)
         self.stats.published += 1
 
     def subscribe(
@@ -353,7 +370,15 @@ class Link:
         deadline = time.monotonic() + timeout
         for subscription in subscriptions:
             subscription.close(max(0.0, deadline - time.monotonic()))
+        forwarder = self.forwarder
+        if forwarder is not None:
+            forwarder.close(max(0.0, deadline - time.monotonic()))
         self.transport.close(max(0.0, deadline - time.monotonic()))
+        if forwarder is not None:
+            # Acknowledgements that came in while the transport flushed are deleted; the
+            # rest stays stored for the next start.
+            forwarder.flush_acknowledged()
+            forwarder.outbox.close()
 
 
 def _check_filter(topic_filter: str) -> None:

@@ -173,6 +173,36 @@ class MqttTransport:
             self._refused += 1
             raise PublishError(f"messaging {self._name}: publish to {topic!r} failed: {rc}")
 
+    def publish_tracked(self, topic: str, payload: bytes, qos: QoS) -> int | None:
+        """Sends (QoS 1/2: or queues) one publish and returns its packet id, which
+        `on_acknowledged` reports; None when a QoS 0 publish was dropped, the link being down."""
+        client = self._require_client()
+        info = client.publish(topic, payload, int(qos))
+        rc = info.rc
+        if rc == MQTTErrorCode.MQTT_ERR_SUCCESS or (
+            rc == MQTTErrorCode.MQTT_ERR_NO_CONN and qos != QoS.AT_MOST_ONCE
+        ):
+            return info.mid
+        if rc == MQTTErrorCode.MQTT_ERR_NO_CONN:
+            return None
+        raise PublishError(f"messaging {self._name}: publish to {topic!r} failed: {rc}")
+
+    def on_acknowledged(self, callback: Callable[[int], None] | None) -> None:
+        """Calls `callback(packet_id)` on the network thread when the broker acknowledged a
+        QoS 1/2 publish, or a QoS 0 one was written; only the outbox sets it (paho's
+        on_publish costs QoS 0 throughput)."""
+        client = self._client
+        if client is None:
+            raise MessagingError(f"messaging {self._name}: not started")
+        if callback is None:
+            client.on_publish = None
+            return
+
+        def on_publish(_c: paho.Client, _u: Any, mid: int, _reason: Any, _p: Any) -> None:
+            callback(mid)
+
+        client.on_publish = on_publish
+
     def subscribe(self, topic_filters: Sequence[str], qos: QoS) -> None:
         """Subscribes now, in one SUBSCRIBE, if connected; the filters are restored after every
         reconnect."""

@@ -36,6 +36,7 @@ from unskit.runtime.events import Events
 from unskit.runtime.health import HealthServer, ReadinessState
 from unskit.runtime.logging_config import configure_logging
 from unskit.runtime.metrics import MetricsRegistry, MetricsReporter, create_emitter
+from unskit.runtime.outbox_watch import OutboxWatch
 from unskit.runtime.publish_watch import PublishWatch
 from unskit.runtime.shutdown import ShutdownCoordinator
 
@@ -126,6 +127,8 @@ class Runtime:
         self.events: Events | None = None
         #: Raises and clears message-publish-degraded; None until started.
         self.publish_watch: PublishWatch | None = None
+        #: Samples the northbound outbox (storeAndForward); None when there is none.
+        self.outbox_watch: OutboxWatch | None = None
 
     # -- the runtime accessors of the specification -------------------------------------
 
@@ -306,6 +309,8 @@ class Runtime:
                 f"messaging.{link}",
                 functools.partial(_publish_backlog, self._messaging, link == "northbound"),
             )
+        if self._messaging.outbox_status() is not None:
+            self.outbox_watch = OutboxWatch(self._messaging, self.events, self.metrics).start()
         emission = config.metric_emission
         if emission.enabled:
             emitter = create_emitter(
@@ -383,6 +388,8 @@ class Runtime:
     def _stop_publish_watch(self) -> None:
         if self.publish_watch is not None:
             self.publish_watch.stop(DRAIN_TIMEOUT_S)
+        if self.outbox_watch is not None:
+            self.outbox_watch.stop(DRAIN_TIMEOUT_S)
 
     def _stop_metrics(self) -> None:
         if self._reporter is not None:
