@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tests.chaos.stack import COMPONENTS, KEEPALIVE_S, PROBE_PERIOD_S, Stack
+from tests.support.servers import wait_until
 
 #: A dropped broker connection is noticed at once: readiness is off by the next probe or two.
 DROP_BOUND_S = 1.5 + 2 * PROBE_PERIOD_S
@@ -32,6 +33,8 @@ class Fault:
     #: Components whose readiness must turn off, and within how long of the injection.
     expect_down: Callable[[Stack], tuple[str, ...]] = lambda _stack: ()
     bound_s: float = 0.0
+    #: How long after the stack is ready the fault strikes (a random point, for some).
+    delay_s: float = 0.0
 
 
 @dataclass
@@ -122,7 +125,6 @@ def component_kill(rng: random.Random) -> Fault:
     delay = rng.uniform(0.0, 1.5)
 
     def inject(stack: Stack) -> str:
-        time.sleep(delay)  # the random point is the fault itself, not a synchronisation
         process = stack.components[name].process
         assert process is not None
         pid = process.pid
@@ -136,6 +138,7 @@ def component_kill(rng: random.Random) -> Fault:
         hold_s=0.5,
         expect_down=lambda _stack: (name,),
         bound_s=DROP_BOUND_S,
+        delay_s=delay,
     )
 
 
@@ -188,11 +191,11 @@ def all_ready(stack: Stack) -> bool:
     return all(stack.readiness.probe(c.health_port) for c in stack.components.values())
 
 
-def run_fault(stack: Stack, fault: Fault, stop: Callable[[], bool] | None = None) -> Injected:
+def run_fault(stack: Stack, fault: Fault) -> Injected:
     """Injects, holds, heals; then waits (bounded) until every component is ready again."""
-    from tests.support.servers import wait_until
-
     wait_until(lambda: all_ready(stack), RECOVERY_S, f"every component ready before {fault.name}")
+    # The random point is the fault itself, not a synchronisation.
+    time.sleep(fault.delay_s)
     started = time.monotonic()
     detail = fault.inject(stack)
     record = Injected(
@@ -211,7 +214,8 @@ def run_fault(stack: Stack, fault: Fault, stop: Callable[[], bool] | None = None
     ):
         time.sleep(PROBE_PERIOD_S)
     for name in stack.components:
-        changes = stack.readiness.between(name, record.injected, record.recovered + 1.0)
+        # Up to now: the next fault is injected only after this returns.
+        changes = stack.readiness.between(name, record.injected, time.monotonic())
         off = [at for at, ready in changes if not ready]
         if name in record.expect_down:
             record.seen_down[name] = (off[0] - record.injected) if off else None
