@@ -17,8 +17,9 @@ from tests.chaos.faults import Injected, run_fault, schedule
 from tests.chaos.invariants import check, exit_verdict, table, undelivered
 from tests.chaos.stack import PRODUCERS, running_stack
 
-#: The seed `make test` runs with, so its schedule is the same on every run.
-BOUNDED_SEED = 18
+#: The seed `make test` runs with: the same schedule each run, one that kills the camera and
+#: the egress (the two that own files) at random points.
+BOUNDED_SEED = 25
 SECONDS = float(os.environ.get("UNSKIT_CHAOS_SECONDS", "0"))
 SEED = int(os.environ.get("UNSKIT_CHAOS_SEED", BOUNDED_SEED))
 #: After the schedule: the egress ships what the camera captured meanwhile.
