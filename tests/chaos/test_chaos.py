@@ -37,11 +37,17 @@ def test_the_stack_keeps_its_invariants_under_faults(
     began = time.monotonic()
     with running_stack(tmp_path / "stack") as stack:
         # One round of every fault; more rounds, each in a new order, while time is left.
-        while True:
-            for fault in schedule(rng):
-                injected.append(run_fault(stack, fault))
-            if time.monotonic() - began >= SECONDS:
-                break
+        try:
+            while True:
+                for fault in schedule(rng):
+                    injected.append(run_fault(stack, fault))
+                if time.monotonic() - began >= SECONDS:
+                    break
+        except BaseException:
+            # A fault the stack did not recover from: the table shows what came before it.
+            text = table(SEED, injected, []) + "\nthe schedule stopped: see the error below"
+            request.config.stash.setdefault(TABLES, []).append(text)
+            raise
         stack.stop_components(PRODUCERS)
         # Bounded: what is still missing then is named by the invariants below.
         deadline = time.monotonic() + DELIVERY_TIMEOUT_S
