@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tests.chaos.stack import COMPONENTS, KEEPALIVE_S, PROBE_PERIOD_S, Stack
+from tests.chaos.stack import COMPONENTS, KEEPALIVE_S, PROBE_PERIOD_S, Stack, established_to
 from tests.support.servers import wait_until
 
 #: A dropped broker connection is noticed at once: readiness is off by the next probe or two.
@@ -181,10 +181,18 @@ def schedule(rng: random.Random) -> list[Fault]:
 
 def _restart_plc(stack: Stack) -> None:
     stack.plc.start()
+    # Felt and healed: the CIP adapter connects to the new PLC on its own.
+    wait_until(
+        lambda: established_to(stack.plc.port), RECOVERY_S, "the CIP adapter back on the PLC"
+    )
 
 
 def _restart_sftp(stack: Stack) -> None:
     stack.sftp.start()
+    # The camera keeps capturing, so the egress has files to send and connects again.
+    wait_until(
+        lambda: established_to(stack.sftp.port), RECOVERY_S, "the egress back on the sftp server"
+    )
 
 
 def all_ready(stack: Stack) -> bool:

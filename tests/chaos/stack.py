@@ -76,6 +76,17 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def established_to(port: int) -> bool:
+    """Whether a TCP connection to 127.0.0.1:`port` is established (the server's side of it,
+    from /proc/net/tcp: state 01)."""
+    local = f"0100007F:{port:04X}"
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == local and fields[3] == "01":
+            return True
+    return False
+
+
 class SftpServer(Sshd):
     """The sftp destination, logging each file operation (internal-sftp -l INFO) so every
     rename into place can be counted on the server's side."""
