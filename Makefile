@@ -10,7 +10,7 @@ export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 # Extras of pyproject.toml the tests, lint and benchmarks need.
 EXTRAS := embedded,egress,opcua,test,lint,bench
 
-.PHONY: help demo test test-unit lint fmt bench soak fuzz system-deps venv build clean
+.PHONY: help demo test test-unit lint fmt bench soak chaos fuzz system-deps venv build clean
 
 help:
 	@echo "make demo   build, then run the edge demo (broker, PLC, cameras, egress) until Ctrl-C"
@@ -18,6 +18,7 @@ help:
 	@echo "make test-unit  the unit tier alone (no network, no processes): the edit-test loop"
 	@echo "make bench  benchmarks, ours beside each anchor (writes benches/results.json)"
 	@echo "make soak   the demo stack for SOAK_SECS (600) with a leak check (a results.json row)"
+	@echo "make chaos  the demo stack under real faults for CHAOS_SECS (600), CHAOS_SEED (random)"
 	@echo "make lint   ruff, mypy --strict, stubtest, cargo fmt --check, clippy"
 	@echo "make fmt    format Python and Rust"
 	@echo "make fuzz   bounded cargo-fuzz runs of the CIP parsers (nightly, cargo-fuzz)"
@@ -43,6 +44,17 @@ bench: system-deps build
 SOAK_SECS ?= 600
 soak: system-deps build
 	$(PY) benches/soak.py --seconds $(SOAK_SECS)
+
+# Rounds of the chaos suite's faults (tests/chaos) for CHAOS_SECS; the seed is printed so a
+# failing schedule can be run again with CHAOS_SEED=N.
+CHAOS_SECS ?= 600
+ifndef CHAOS_SEED
+CHAOS_SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
+chaos: system-deps build
+	@echo "chaos: seed $(CHAOS_SEED) for $(CHAOS_SECS) s (again: make chaos CHAOS_SEED=$(CHAOS_SEED))"
+	UNSKIT_CHAOS_SEED=$(CHAOS_SEED) UNSKIT_CHAOS_SECONDS=$(CHAOS_SECS) \
+		$(PY) -m pytest tests/chaos -p no:randomly -q
 
 lint: build
 	ruff check python tests benches

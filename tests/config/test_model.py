@@ -379,6 +379,24 @@ def test_store_and_forward_keys_are_read() -> None:
     assert (outbox.replay_messages_per_second, outbox.max_in_flight) == (250, 50)
 
 
+def test_keepalive_defaults_to_30_s_and_is_read_per_broker() -> None:
+    document = patched(
+        {"messaging": {"local": {"keepAliveSeconds": 3}, "northbound": {"endpoint": "nb.local"}}}
+    )
+    messaging = _config(document).messaging
+    assert messaging.local is not None
+    assert messaging.local.keepalive_seconds == 3
+    assert messaging.northbound is not None
+    assert messaging.northbound.keepalive_seconds == 30
+
+
+@pytest.mark.parametrize("value", [0, 65536, 2.5, "30"])
+def test_a_keepalive_out_of_range_names_its_key(value: object) -> None:
+    document = patched({"messaging": {"local": {"keepAliveSeconds": value}}})
+    with pytest.raises(ConfigError, match="keepAliveSeconds"):
+        _config(document)
+
+
 def test_inline_password_becomes_a_secret() -> None:
     document = patched(
         {"messaging": {"local": {"credentials": {"username": "u", "password": "pw-inline"}}}}

@@ -4,6 +4,7 @@ verification, changed sources, a destination that is down, retries and resume.""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -89,6 +90,23 @@ def test_a_fresh_file_is_queued_only_once_it_has_settled(harness: Harness, tmp_p
     wait_until(lambda: events.of("file-completed"), 20, "the settled file")
     (record,) = pipeline.state.files_by_rel("line-1", ["fresh.bin"])
     assert record.discovered_at >= mtime + 1.0
+
+
+def test_a_file_stamped_ahead_of_the_clock_settles_by_the_monotonic_clock(
+    harness: Harness, tmp_path
+):
+    """The wall clock stepped back an hour (the chaos suite found it): a file written just
+    before has its mtime an hour ahead. It is queued once unchanged for settleSeconds,
+    not an hour later, and not before (found by tests/chaos)."""
+    path = harness.source / "ahead.bin"
+    write_file(path, 1000, settled=False)
+    ahead = time.time() + 3600
+    os.utime(path, (ahead, ahead))
+    began = time.monotonic()
+    _, events = harness.start([local(tmp_path / "out")], settle=1.0)
+    wait_until(lambda: events.of("file-completed"), 20, "the file stamped ahead")
+    assert time.monotonic() - began >= 1.0
+    assert (tmp_path / "out" / "ahead.bin").exists()
 
 
 @pytest.mark.slow

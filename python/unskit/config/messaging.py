@@ -17,6 +17,7 @@ from typing import Any
 
 from unskit.config.secrets import Secret, SecretRef
 from unskit.config.values import (
+    DEFAULT_KEEPALIVE_SECONDS,
     DEFAULT_MQTT_PORT,
     DEFAULT_MQTT_TLS_PORT,
     DEFAULT_REQUEST_TIMEOUT_SECONDS,
@@ -98,6 +99,9 @@ class BrokerConfig:
     credentials: BrokerCredentials = BrokerCredentials()
     #: The northbound outbox; None (the default) publishes straight to the link.
     store_and_forward: StoreAndForwardConfig | None = None
+    #: MQTT keepalive: a broker silent for about this long (or up to twice it) is taken as
+    #: gone and the client reconnects.
+    keepalive_seconds: int = DEFAULT_KEEPALIVE_SECONDS
 
     @property
     def embedded(self) -> bool:
@@ -192,6 +196,7 @@ def _broker(block: Mapping[str, Any], role: str, thing: str, token: str) -> Brok
         client_id=block.get("clientId", f"{thing}-{token}"),
         qos=QosConfig(publish=qos.get("publish", 1), subscribe=qos.get("subscribe", 1)),
         credentials=credentials,
+        keepalive_seconds=block.get("keepAliveSeconds", DEFAULT_KEEPALIVE_SECONDS),
     )
 
 

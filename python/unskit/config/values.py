@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_EMBEDDED_PORT",
     "DEFAULT_HEALTH_PORT",
     "DEFAULT_HEARTBEAT_INTERVAL_SECONDS",
+    "DEFAULT_KEEPALIVE_SECONDS",
     "DEFAULT_LEVEL",
     "DEFAULT_LEVELS",
     "DEFAULT_LIBRARY_LEVEL",
@@ -46,6 +47,8 @@ DEFAULT_TOPIC_ROOT = "uns"
 # messaging
 DEFAULT_REQUEST_TIMEOUT_SECONDS = 30.0
 DEFAULT_MQTT_PORT = 1883
+#: messaging.*.keepAliveSeconds
+DEFAULT_KEEPALIVE_SECONDS = 30
 DEFAULT_MQTT_TLS_PORT = 8883
 EMBEDDED_HOST = "embedded"
 # The embedded broker's port when `--broker embedded` names none.

@@ -42,6 +42,9 @@ class SourceScanner:
         self._watchers: dict[str, DirectoryWatcher] = {}
         self._dirty = True
         self._refused: set[str] = set()
+        # Files stamped ahead of our wall clock: (size, mtime_ns) and the monotonic time they
+        # were first seen so; pruned each scan to what is still there and not queued.
+        self._ahead: dict[str, tuple[tuple[int, int], float]] = {}
         self._thread = threading.Thread(
             target=self._scan_loop, name=f"egress-{context.id}-scan", daemon=True
         )
@@ -155,13 +158,15 @@ class SourceScanner:
                     continue
                 if not stat.S_ISREG(st.st_mode):
                     continue
-                ready_in = self._ready_in(full, st, now)
+                ready_in = self._ready_in(rel, full, st, now)
                 if ready_in > 0:
                     # A missing marker has no deadline: its creation is an inotify event.
                     if ready_in != float("inf"):
                         wait = ready_in if wait is None else min(wait, ready_in)
                     continue
                 self._queue(rel, full)
+        for rel in [r for r in self._ahead if r not in seen or r in known]:
+            del self._ahead[rel]
         for rel, file in known.items():
             if rel not in seen and not os.path.lexists(ctx.source_path(rel)):
                 self.lifecycle.gone(file)
@@ -181,12 +186,23 @@ class SourceScanner:
             fnmatch.fnmatchcase(rel, p) or fnmatch.fnmatchcase(name, p) for p in source.exclude
         )
 
-    def _ready_in(self, full: str, st: os.stat_result, now: float) -> float:
+    def _ready_in(self, rel: str, full: str, st: os.stat_result, now: float) -> float:
         marker = self.context.spec.source.completion_marker
         if marker:
             # With a marker the writer says when it is done; no settle time applies.
             return 0.0 if os.path.exists(full + marker) else float("inf")
-        return max(st.st_mtime + self.context.spec.source.settle_seconds - now, 0.0)
+        settle = self.context.spec.source.settle_seconds
+        if st.st_mtime <= now:
+            self._ahead.pop(rel, None)
+            return max(st.st_mtime + settle - now, 0.0)
+        # Stamped ahead of our clock (it was stepped back, or the writer's clock is ahead):
+        # the wall clock cannot say how long it has been unchanged, so settleSeconds are
+        # counted on the monotonic clock from when it was first seen as it is now.
+        signature = (st.st_size, st.st_mtime_ns)
+        first = self._ahead.get(rel)
+        if first is None or first[0] != signature:
+            first = self._ahead[rel] = (signature, time.monotonic())
+        return max(first[1] + settle - time.monotonic(), 0.0)
 
     def _refuse(self, rel: str, reason: str) -> None:
         if rel in self._refused:

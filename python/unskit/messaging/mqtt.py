@@ -33,7 +33,6 @@ MAX_QUEUED_MESSAGES = 10_000
 # `_update_inflight`), which took half of the OPC UA adapter's CPU at 10,000 changes/s; its
 # default of 20 throttles a fast link besides.
 MAX_INFLIGHT_MESSAGES = 0
-KEEPALIVE_SECS = 30
 # Reconnect backoff: full jitter over an exponentially growing window, so a fleet of
 # gateways does not reconnect in lockstep after a broker restart.
 BACKOFF_BASE_SECS = 0.5
@@ -125,7 +124,7 @@ class MqttTransport:
             config.client_id,
             " over TLS" if config.tls else "",
         )
-        client.connect_async(config.host, config.port, keepalive=KEEPALIVE_SECS)
+        client.connect_async(config.host, config.port, keepalive=config.keepalive_seconds)
         client.loop_start()
 
     def _configure_security(self, client: paho.Client) -> None:
