@@ -1,0 +1,407 @@
+"""The `http` backend through requests (the only module that imports it).
+
+PUT (resumable, the default): the file goes to `url` + the percent-encoded source-relative
+path in `chunkBytes` requests, the first a plain PUT (it creates or truncates the object),
+each later one a PUT with `Content-Range: bytes a-b/size` (the ranged-upload convention
+Apache mod_dav_fs honours); the offset is recorded after each. A resumed delivery asks the
+server how much it holds (HEAD, Content-Length) and continues from the smaller of that and
+the recorded offset. A server that refuses ranged PUTs, or answers one but does not grow
+the object, gets whole-file PUTs from then on (logged once). POST (and `resumable: false`)
+sends the file in one request. The copy is verified against the source's digest: a
+`Repr-Digest`/`Digest` header of the algorithm when the server gives one, else a ranged GET
+read back and re-hashed."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any, BinaryIO
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import requests
+from requests.adapters import HTTPAdapter
+
+from unskit.config.secrets import Secret, SecretRef, SecretResolver, resolve_value
+from unskit.egress.backends import Outcome, Transfer, safe_relative
+from unskit.egress.backends.remote import CHUNK, bundle_fields, hash_prefix
+from unskit.egress.verify import Algorithm, Digest, new_digest
+from unskit.errors import (
+    DestinationError,
+    EgressError,
+    SourceChangedError,
+    TransferInterruptedError,
+    VerificationError,
+)
+
+__all__ = ["DEFAULT_CHUNK_BYTES", "HttpBackend", "target_url"]
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
+#: Connect timeout, and the longest wait for a byte of a reply, seconds.
+TIMEOUT = 30.0
+_CREDENTIAL_FIELDS = ("bearerToken", "username", "password")
+#: Answers to a ranged PUT that mean the server cannot write at an offset (RFC 9110 says
+#: 400 for a Content-Range it does not support).
+_NO_RANGES = frozenset({400, 411, 416, 501})
+#: Socket send size: urllib3's 16 KiB default costs a Python call per 16 KiB.
+_BLOCK = 256 * 1024
+#: The digest-field names of each algorithm (RFC 9530 and RFC 3230 share them).
+_DIGEST_NAMES = {Algorithm.SHA256: "sha-256", Algorithm.CRC32C: "crc32c"}
+
+
+def target_url(base: str, relative: PurePosixPath) -> str:
+    """`base` with the source-relative path joined onto its path, each segment
+    percent-encoded ('..' and absolute paths refused)."""
+    rel = str(safe_relative(str(relative)))
+    parts = urlsplit(base)
+    encoded = "/".join(quote(segment, safe="") for segment in rel.split("/"))
+    path = parts.path.rstrip("/") + "/" + encoded
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def _reported_digest(headers: Mapping[str, str], algorithm: Algorithm) -> bytes | None:
+    """The digest of `algorithm` a `Repr-Digest` (RFC 9530) or `Digest` (RFC 3230) header
+    carries, or None."""
+    wanted = _DIGEST_NAMES[algorithm]
+    for header in ("Repr-Digest", "Digest"):
+        for item in (headers.get(header) or "").split(","):
+            name, _, value = item.strip().partition("=")
+            if name.strip().lower() != wanted:
+                continue
+            with contextlib.suppress(ValueError):
+                return base64.b64decode(value.strip().strip(":"), validate=True)
+    return None
+
+
+class _Body:
+    """`length` bytes of the source as a request body: each block passes the throttle, feeds
+    the digest and counts as progress."""
+
+    def __init__(self, source: BinaryIO, length: int, digest: Digest, transfer: Transfer) -> None:
+        self._source = source
+        self._length = length
+        self._remaining = length
+        self._digest = digest
+        self._transfer = transfer
+
+    def __len__(self) -> int:
+        return self._length
+
+    def read(self, size: int = -1) -> bytes:
+        if self._remaining <= 0:
+            return b""
+        size = self._remaining if size is None or size < 0 else min(size, self._remaining)
+        block = self._source.read(min(size, CHUNK))
+        if not block:
+            raise SourceChangedError(f"{self._transfer.relative} shrank while it was sent")
+        if not self._transfer.throttle.acquire(len(block)):
+            raise TransferInterruptedError(f"{self._transfer.relative}: interrupted")
+        self._digest.update(block)
+        self._remaining -= len(block)
+        self._transfer.journal.sent(len(block))
+        return block
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """What one upload did: where it resumed, the bytes it sent, the last reply's headers,
+    the digest of the whole file as sent."""
+
+    resumed_from: int
+    bytes: int
+    headers: Mapping[str, str]
+    digest: Digest
+
+
+class _BlockAdapter(HTTPAdapter):
+    """requests' adapter with a larger socket send size for request bodies."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("blocksize", _BLOCK)
+        super().init_poolmanager(*args, **kwargs)
+
+
+class HttpBackend:
+    """Delivers to one HTTP(S) endpoint by PUT (resumable) or POST (single shot)."""
+
+    def __init__(self, settings: Mapping[str, Any], secrets: SecretResolver | None) -> None:
+        self.url: str = settings["url"]
+        parts = urlsplit(self.url)
+        self.where = f"{parts.scheme}://{parts.netloc}"
+        self.method: str = settings.get("method", "PUT")
+        self.resumable = bool(settings.get("resumable", True)) and self.method == "PUT"
+        self.chunk_bytes = int(settings.get("chunkBytes", DEFAULT_CHUNK_BYTES))
+        self.algorithm = Algorithm(settings.get("checksumAlgorithm", Algorithm.CRC32C))
+        credentials = bundle_fields(settings, secrets, _CREDENTIAL_FIELDS)
+        self._headers: dict[str, Secret] = {}
+        for name, value in (settings.get("headers") or {}).items():
+            resolved = resolve_value(SecretRef.parse(value) or value, secrets)
+            if resolved is not None:
+                self._headers[name] = resolved
+        token = credentials["bearerToken"]
+        if token is not None:
+            self._headers["Authorization"] = Secret(f"Bearer {token.reveal()}")
+        username = credentials["username"]
+        password = credentials["password"]
+        self._basic: tuple[Secret, Secret] | None = None
+        if username is not None:
+            self._basic = (username, password or Secret(""))
+        self._session: requests.Session | None = None
+        #: False once the server showed it cannot write at an offset: whole-file PUTs.
+        self._ranges = self.resumable
+        self._collections: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"HttpBackend({self.where}, method={self.method}, resumable={self._ranges})"
+
+    # -- connection ------------------------------------------------------------------------
+
+    def _connect(self) -> requests.Session:
+        if self._session is None:
+            session = requests.Session()
+            session.mount("http://", _BlockAdapter())
+            session.mount("https://", _BlockAdapter())
+            session.trust_env = False  # no proxy or .netrc credentials from the environment
+            if self._basic is not None:
+                session.auth = (self._basic[0].reveal(), self._basic[1].reveal())
+            self._session = session
+        return self._session
+
+    def close(self) -> None:
+        """Closes the pooled connections."""
+        session, self._session = self._session, None
+        if session is not None:
+            with contextlib.suppress(Exception):
+                session.close()
+
+    def _request(
+        self, method: str, url: str, headers: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> requests.Response:
+        merged = {name: value.reveal() for name, value in self._headers.items()}
+        merged.update(headers or {})
+        return self._connect().request(method, url, headers=merged, timeout=TIMEOUT, **kwargs)
+
+    def _fail(self, response: requests.Response, what: str, path: str) -> DestinationError:
+        status = response.status_code
+        hint = " (check the credentials)" if status in (401, 403) else ""
+        return DestinationError(
+            f"{self.where}: {path}: {what} refused: HTTP {status} {response.reason}{hint}"
+        )
+
+    # -- delivery --------------------------------------------------------------------------
+
+    def deliver(self, transfer: Transfer) -> Outcome:
+        """Sends what is missing, then verifies the whole copy against the source."""
+        url = target_url(self.url, transfer.relative)
+        path = urlsplit(url).path
+        transfer.check_source()
+        try:
+            if self.method == "POST":
+                return self._post(transfer, url, path)
+            return self._put(transfer, url, path)
+        except EgressError:
+            raise
+        except requests.RequestException as exc:
+            # A dropped connection leaves the pool in an unknown state: start afresh.
+            self.close()
+            raise DestinationError(f"{self.where}: {path}: {type(exc).__name__}: {exc}") from exc
+
+    def _head(self, url: str, path: str) -> int | None:
+        """The size the server reports for `url`; None when it has nothing there."""
+        with self._request("HEAD", url) as response:
+            if response.status_code == 404:
+                return None
+            if response.status_code in (401, 403) or response.status_code >= 500:
+                raise self._fail(response, "HEAD", path)
+            if not response.ok:
+                return None
+            length = response.headers.get("Content-Length")
+            return int(length) if length is not None and length.isdigit() else None
+
+    def _make_collections(self, transfer: Transfer, path: str) -> None:
+        """Creates the WebDAV collections above the target (MKCOL); a server without WebDAV
+        answers 405 or 501 and is expected to create parents itself."""
+        parents = list(transfer.relative.parents)[:-1]  # without the root '.'
+        for parent in reversed(parents):
+            url = target_url(self.url, parent) + "/"
+            if url in self._collections:
+                continue
+            with self._request("MKCOL", url) as response:
+                if response.status_code in (401, 403) or response.status_code >= 500:
+                    raise self._fail(response, "MKCOL", urlsplit(url).path)
+            self._collections.add(url)
+
+    def _put(self, transfer: Transfer, url: str, path: str) -> Outcome:
+        remote = self._head(url, path)
+        if remote is None:
+            self._make_collections(transfer, path)
+        offset = 0
+        if self._ranges and transfer.offset > 0 and remote is not None:
+            if remote > transfer.size:
+                _log.warning(
+                    "%s: %s: the server reports %d bytes, more than the file's %d; starting over",
+                    self.where,
+                    path,
+                    remote,
+                    transfer.size,
+                )
+            else:
+                offset = min(transfer.offset, remote)
+        with open(transfer.source, "rb", buffering=0) as source:
+            digest = new_digest(self.algorithm)
+            hash_prefix(source, digest, offset, transfer)
+            if self._ranges:
+                sent = self._put_ranges(transfer, source, digest, url, path, offset)
+            else:
+                sent = self._put_whole(transfer, source, digest, url, path)
+        self._verify(transfer, url, path, sent.digest.digest(), sent.headers)
+        return Outcome(sent.resumed_from, sent.bytes, {"url": url})
+
+    def _put_whole(
+        self, transfer: Transfer, source: BinaryIO, digest: Digest, url: str, path: str
+    ) -> _Sent:
+        """One PUT of the whole file."""
+        body = _Body(source, transfer.size, digest, transfer)
+        with self._request("PUT", url, data=body) as response:
+            if not response.ok:
+                raise self._fail(response, "PUT", path)
+            return _Sent(0, transfer.size, response.headers, digest)
+
+    def _put_ranges(
+        self,
+        transfer: Transfer,
+        source: BinaryIO,
+        digest: Digest,
+        url: str,
+        path: str,
+        offset: int,
+    ) -> _Sent:
+        """PUTs of `chunkBytes` from `offset`, the offset recorded after each."""
+        position = offset
+        checked = False
+        headers: Mapping[str, str] = {}
+        first = True
+        while position < transfer.size or first:
+            first = False
+            step = min(self.chunk_bytes, transfer.size - position)
+            body = _Body(source, step, digest, transfer)
+            ranged: dict[str, str] = {}
+            if position > 0:
+                ranged["Content-Range"] = f"bytes {position}-{position + step - 1}/{transfer.size}"
+            with self._request("PUT", url, ranged, data=body) as response:
+                if ranged and response.status_code in _NO_RANGES:
+                    reason = f"a ranged PUT was answered HTTP {response.status_code}"
+                    return self._restart(transfer, source, url, path, reason)
+                if not response.ok:
+                    raise self._fail(response, "PUT", path)
+                headers = response.headers
+            position += step
+            if ranged and not checked:
+                # A server that ignores Content-Range replaces the object with the chunk:
+                # the first ranged PUT of a delivery is checked once.
+                checked = True
+                size = self._head(url, path)
+                if size is None or size < position:
+                    reason = f"after a ranged PUT up to {position} it reports {size} bytes"
+                    return self._restart(transfer, source, url, path, reason)
+            transfer.journal.offset(position)
+        return _Sent(offset, position - offset, headers, digest)
+
+    def _restart(
+        self,
+        transfer: Transfer,
+        source: BinaryIO,
+        url: str,
+        path: str,
+        reason: str,
+    ) -> _Sent:
+        """The server cannot resume: this and every later file is sent whole from 0."""
+        if self._ranges:
+            self._ranges = False
+            _log.warning(
+                "%s: the server cannot resume uploads (%s); files are sent whole from now on",
+                self.where,
+                reason,
+            )
+        transfer.journal.offset(0)
+        source.seek(0)
+        # A fresh digest: the abandoned attempt's bytes went into the caller's.
+        return self._put_whole(transfer, source, new_digest(self.algorithm), url, path)
+
+    def _post(self, transfer: Transfer, url: str, path: str) -> Outcome:
+        digest = new_digest(self.algorithm)
+        with open(transfer.source, "rb", buffering=0) as source:
+            body = _Body(source, transfer.size, digest, transfer)
+            with self._request("POST", url, data=body) as response:
+                if not response.ok:
+                    raise self._fail(response, "POST", path)
+                headers = response.headers
+        self._verify(transfer, url, path, digest.digest(), headers)
+        return Outcome(0, transfer.size, {"url": url})
+
+    # -- verification ----------------------------------------------------------------------
+
+    def _verify(
+        self,
+        transfer: Transfer,
+        url: str,
+        path: str,
+        expected: bytes,
+        headers: Mapping[str, str],
+    ) -> None:
+        transfer.check_source()
+        name = self.algorithm.value
+        reported = _reported_digest(headers, self.algorithm)
+        if reported is None:
+            want = _DIGEST_NAMES[self.algorithm]
+            with self._request(
+                "HEAD", url, {"Want-Repr-Digest": f"{want}=9", "Want-Digest": want}
+            ) as response:
+                if response.ok:
+                    reported = _reported_digest(response.headers, self.algorithm)
+        if reported is None:
+            reported = self._read_back(transfer, url, path)
+            source = "read back"
+        else:
+            source = "reported by the server"
+        if reported != expected:
+            raise VerificationError(
+                f"{self.where}: {path}: the copy's {name} ({source}) differs from the source's"
+            )
+
+    def _read_back(self, transfer: Transfer, url: str, path: str) -> bytes:
+        """The digest of the remote object, read back with a ranged GET."""
+        size = transfer.size
+        headers = {"Accept-Encoding": "identity"}
+        if size > 0:
+            headers["Range"] = f"bytes=0-{size - 1}"
+        digest = new_digest(self.algorithm)
+        read = 0
+        with self._request("GET", url, headers, stream=True) as response:
+            if response.status_code == 404:
+                raise VerificationError(f"{self.where}: {path}: the copy is not there")
+            if not response.ok:
+                raise self._fail(response, "GET", path)
+            total = response.headers.get("Content-Range", "").rpartition("/")[2]
+            if response.status_code == 206 and total.isdigit() and int(total) != size:
+                raise VerificationError(
+                    f"{self.where}: {path} holds {total} bytes, {size} were sent"
+                )
+            for block in response.iter_content(CHUNK):
+                digest.update(block)
+                read += len(block)
+        if read != size:
+            raise VerificationError(f"{self.where}: {path} holds {read} bytes, {size} were sent")
+        return digest.digest()
+
+    def discard(self, relative: PurePosixPath, upload_id: str | None) -> None:
+        """Deletes the partial or failed copy of an abandoned delivery (best effort)."""
+        with contextlib.suppress(EgressError, requests.RequestException):
+            url = target_url(self.url, relative)
+            with self._request("DELETE", url):
+                pass
