@@ -52,11 +52,13 @@ class Httpd:
 
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    #: Where the server's folder is made (None: the system's temporary directory).
+    parent: Path | None = None
 
     def __post_init__(self) -> None:
         # Not under pytest's tmp_path: the workers run as www-data when started by root,
         # and pytest's folders are private to their owner.
-        self.folder = Path(tempfile.mkdtemp(prefix="unskit-httpd-"))
+        self.folder = Path(tempfile.mkdtemp(prefix="unskit-httpd-", dir=self.parent))
         self.folder.chmod(0o755)
         self.www = self.folder / "www"
         self.lock = self.folder / "lock"

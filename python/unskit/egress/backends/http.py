@@ -154,7 +154,10 @@ class HttpBackend:
         self._session: requests.Session | None = None
         #: False once the server showed it cannot write at an offset: whole-file PUTs.
         self._ranges = self.resumable
+        #: Collections made (or found) by MKCOL; forgotten when a PUT finds one missing.
         self._collections: set[str] = set()
+        #: Whether a HEAD reports the digest (None: not known yet); False skips that HEAD.
+        self._head_digests: bool | None = None
 
     def __repr__(self) -> str:
         return f"HttpBackend({self.where}, method={self.method}, resumable={self._ranges})"
@@ -188,6 +191,13 @@ class HttpBackend:
 
     def _fail(self, response: requests.Response, what: str, path: str) -> DestinationError:
         status = response.status_code
+        if status == 409 and what == "PUT":
+            # A collection above the target is gone: the next attempt makes it again.
+            self._collections.clear()
+            return DestinationError(
+                f"{self.where}: {path}: PUT refused: HTTP 409 {response.reason} "
+                "(a parent collection is missing)"
+            )
         hint = " (check the credentials)" if status in (401, 403) else ""
         return DestinationError(
             f"{self.where}: {path}: {what} refused: HTTP {status} {response.reason}{hint}"
@@ -223,9 +233,9 @@ class HttpBackend:
             length = response.headers.get("Content-Length")
             return int(length) if length is not None and length.isdigit() else None
 
-    def _make_collections(self, transfer: Transfer, path: str) -> None:
-        """Creates the WebDAV collections above the target (MKCOL); a server without WebDAV
-        answers 405 or 501 and is expected to create parents itself."""
+    def _make_collections(self, transfer: Transfer) -> None:
+        """Creates the WebDAV collections above the target (MKCOL), each once per backend;
+        a server without WebDAV answers 405 or 501 and is expected to create parents."""
         parents = list(transfer.relative.parents)[:-1]  # without the root '.'
         for parent in reversed(parents):
             url = target_url(self.url, parent) + "/"
@@ -237,9 +247,9 @@ class HttpBackend:
             self._collections.add(url)
 
     def _put(self, transfer: Transfer, url: str, path: str) -> Outcome:
-        remote = self._head(url, path)
-        if remote is None:
-            self._make_collections(transfer, path)
+        # Only a resumed delivery asks what the server holds: a fresh one starts at 0.
+        remote = self._head(url, path) if transfer.offset > 0 else None
+        self._make_collections(transfer)
         offset = 0
         if self._ranges and transfer.offset > 0 and remote is not None:
             if remote > transfer.size:
@@ -357,13 +367,14 @@ class HttpBackend:
         transfer.check_source()
         name = self.algorithm.value
         reported = _reported_digest(headers, self.algorithm)
-        if reported is None:
+        if reported is None and self._head_digests is not False:
             want = _DIGEST_NAMES[self.algorithm]
             with self._request(
                 "HEAD", url, {"Want-Repr-Digest": f"{want}=9", "Want-Digest": want}
             ) as response:
                 if response.ok:
                     reported = _reported_digest(response.headers, self.algorithm)
+                    self._head_digests = reported is not None
         if reported is None:
             reported = self._read_back(transfer, url, path)
             source = "read back"
