@@ -51,8 +51,7 @@ def area(httpd: Httpd, request: pytest.FixtureRequest) -> str:
     """A fresh folder under /dav/ for one test (the server is shared by the module)."""
     name = request.node.name.replace("[", "-").replace("]", "")[:60]
     (httpd.www / "dav" / name).mkdir()
-    if (httpd.www / "dav").owner() == "www-data":
-        shutil.chown(httpd.www / "dav" / name, "www-data", "www-data")
+    shutil.chown(httpd.www / "dav" / name, *_owner(httpd.www / "dav"))
     return f"dav/{name}"
 
 
@@ -446,3 +445,30 @@ def recorded(db: Path) -> int:
     except sqlite3.OperationalError:  # the schema is not created yet
         return 0
     return int(rows[0][0]) if rows else 0
+
+
+def test_the_example_configuration_validates_and_delivers(
+    harness: Harness, httpd: Httpd, upload: UploadServer
+):
+    from tests.egress.test_component import issues
+
+    example = Path(__file__).parents[2] / "examples" / "file-egress-http.json"
+    document = json.loads(example.read_text())
+    assert issues(document) == []
+    entries = document["component"]["instances"][0]["egress"]
+    # The example's servers, moved to this test's ports.
+    (httpd.www / "dav" / "incoming").mkdir(exist_ok=True)
+    shutil.chown(httpd.www / "dav" / "incoming", *_owner(httpd.www / "dav"))
+    dav, ingest = (dict(entry) for entry in entries)
+    dav["url"] = dav["url"].replace("http://127.0.0.1:8080", httpd.url)
+    ingest["url"] = ingest["url"].replace("http://127.0.0.1:8081", upload.url)
+    upload.behaviour.authorization = f"Bearer {ingest['bearerToken']}"
+    data = write_file(harness.source / "r" / "reading.csv", 4096)
+    _, events = harness.start([dav, ingest])
+    wait_until(lambda: events.of("file-completed"), 30, "the file at both servers")
+    assert (httpd.www / "dav" / "incoming" / "r" / "reading.csv").read_bytes() == data
+    assert upload.files["/upload/r/reading.csv"] == data
+
+
+def _owner(path: Path) -> tuple[str, str]:
+    return path.owner(), path.group()

@@ -248,7 +248,7 @@ class HttpBackend:
 
     def _put(self, transfer: Transfer, url: str, path: str) -> Outcome:
         # Only a resumed delivery asks what the server holds: a fresh one starts at 0.
-        remote = self._head(url, path) if transfer.offset > 0 else None
+        remote = self._head(url, path) if self._ranges and transfer.offset > 0 else None
         self._make_collections(transfer)
         offset = 0
         if self._ranges and transfer.offset > 0 and remote is not None:
