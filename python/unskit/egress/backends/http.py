@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -107,6 +108,72 @@ class _Body:
         return block
 
 
+class _ReadBack:
+    """Reads the object back range by range on its own connection while the rest is still
+    being uploaded, so the verification's read costs little time after the last PUT."""
+
+    def __init__(self, backend: HttpBackend, url: str, path: str, size: int) -> None:
+        self._backend = backend
+        self._url = url
+        self._path = path
+        self._size = size
+        self.digest = new_digest(backend.algorithm)
+        self._read = 0
+        self._available = 0
+        self._finished = False
+        self._stopped = False
+        self._error: BaseException | None = None
+        self._ignored = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="egress-http-readback", daemon=True)
+        self._thread.start()
+
+    def advance(self, position: int) -> None:
+        """Bytes 0..position are at the server."""
+        with self._changed:
+            self._available = position
+            self._changed.notify()
+
+    def finish(self) -> bytes | None:
+        """The digest of the whole object once read; None when the server ignored ranges
+        (the caller reads it back whole). Raises what the reading raised."""
+        self.advance(self._size)
+        with self._changed:
+            self._finished = True
+            self._changed.notify()
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return None if self._ignored else self.digest.digest()
+
+    def stop(self) -> None:
+        """Ends the thread without a result (the upload failed or went whole)."""
+        with self._changed:
+            self._stopped = True
+            self._changed.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._changed:
+                    while not self._stopped and self._read >= self._available:
+                        if self._finished:
+                            return
+                        self._changed.wait()
+                    if self._stopped:
+                        return
+                    start, end = self._read, self._available
+                if not self._backend.read_range(
+                    self._url, self._path, start, end, self._size, self.digest, reader=True
+                ):
+                    self._ignored = True
+                    return
+                self._read = end
+        except BaseException as exc:  # handed to the uploading thread by finish()
+            self._error = exc
+
+
 @dataclass(frozen=True)
 class _Sent:
     """What one upload did: where it resumed, the bytes it sent, the last reply's headers,
@@ -116,6 +183,8 @@ class _Sent:
     bytes: int
     headers: Mapping[str, str]
     digest: Digest
+    #: The read-back running behind the upload, if one was started.
+    readback: _ReadBack | None = None
 
 
 class _BlockAdapter(HTTPAdapter):
@@ -152,6 +221,7 @@ class HttpBackend:
         if username is not None:
             self._basic = (username, password or Secret(""))
         self._session: requests.Session | None = None
+        self._reader: requests.Session | None = None
         #: False once the server showed it cannot write at an offset: whole-file PUTs.
         self._ranges = self.resumable
         #: Collections made (or found) by MKCOL; forgotten when a PUT finds one missing.
@@ -164,30 +234,47 @@ class HttpBackend:
 
     # -- connection ------------------------------------------------------------------------
 
-    def _connect(self) -> requests.Session:
+    def _new_session(self) -> requests.Session:
+        session = requests.Session()
+        session.mount("http://", _BlockAdapter())
+        session.mount("https://", _BlockAdapter())
+        session.trust_env = False  # no proxy or .netrc credentials from the environment
+        if self._basic is not None:
+            session.auth = (self._basic[0].reveal(), self._basic[1].reveal())
+        return session
+
+    def _connect(self, *, reader: bool = False) -> requests.Session:
+        """The uploads' session, or with `reader` the one the read-back thread uses."""
+        if reader:
+            if self._reader is None:
+                self._reader = self._new_session()
+            return self._reader
         if self._session is None:
-            session = requests.Session()
-            session.mount("http://", _BlockAdapter())
-            session.mount("https://", _BlockAdapter())
-            session.trust_env = False  # no proxy or .netrc credentials from the environment
-            if self._basic is not None:
-                session.auth = (self._basic[0].reveal(), self._basic[1].reveal())
-            self._session = session
+            self._session = self._new_session()
         return self._session
 
     def close(self) -> None:
         """Closes the pooled connections."""
-        session, self._session = self._session, None
-        if session is not None:
-            with contextlib.suppress(Exception):
-                session.close()
+        sessions = (self._session, self._reader)
+        self._session = self._reader = None
+        for session in sessions:
+            if session is not None:
+                with contextlib.suppress(Exception):
+                    session.close()
 
     def _request(
-        self, method: str, url: str, headers: Mapping[str, str] | None = None, **kwargs: Any
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        reader: bool = False,
+        **kwargs: Any,
     ) -> requests.Response:
         merged = {name: value.reveal() for name, value in self._headers.items()}
         merged.update(headers or {})
-        return self._connect().request(method, url, headers=merged, timeout=TIMEOUT, **kwargs)
+        session = self._connect(reader=reader)
+        return session.request(method, url, headers=merged, timeout=TIMEOUT, **kwargs)
 
     def _fail(self, response: requests.Response, what: str, path: str) -> DestinationError:
         status = response.status_code
@@ -269,7 +356,7 @@ class HttpBackend:
                 sent = self._put_ranges(transfer, source, digest, url, path, offset)
             else:
                 sent = self._put_whole(transfer, source, digest, url, path)
-        self._verify(transfer, url, path, sent.digest.digest(), sent.headers)
+        self._verify(transfer, url, path, sent.digest.digest(), sent.headers, sent.readback)
         return Outcome(sent.resumed_from, sent.bytes, {"url": url})
 
     def _put_whole(
@@ -291,13 +378,35 @@ class HttpBackend:
         path: str,
         offset: int,
     ) -> _Sent:
-        """PUTs of `chunkBytes` from `offset`, the offset recorded after each."""
+        """PUTs of `chunkBytes` from `offset`, the offset recorded after each; the object is
+        read back behind them unless the server reports digests."""
+        readback: list[_ReadBack] = []
+        try:
+            sent = self._put_chunks(transfer, source, digest, url, path, offset, readback=readback)
+        except BaseException:
+            for reader in readback:
+                reader.stop()
+            raise
+        if readback and sent.readback is None:  # went whole: verified after the upload
+            readback[0].stop()
+        return sent
+
+    def _put_chunks(
+        self,
+        transfer: Transfer,
+        source: BinaryIO,
+        digest: Digest,
+        url: str,
+        path: str,
+        offset: int,
+        *,
+        readback: list[_ReadBack],
+    ) -> _Sent:
         position = offset
         checked = False
         headers: Mapping[str, str] = {}
         first = True
         while position < transfer.size or first:
-            first = False
             step = min(self.chunk_bytes, transfer.size - position)
             body = _Body(source, step, digest, transfer)
             ranged: dict[str, str] = {}
@@ -320,7 +429,16 @@ class HttpBackend:
                     reason = f"after a ranged PUT up to {position} it reports {size} bytes"
                     return self._restart(transfer, source, url, path, reason)
             transfer.journal.offset(position)
-        return _Sent(offset, position - offset, headers, digest)
+            if first and position < transfer.size and self._reads_back(headers):
+                readback.append(_ReadBack(self, url, path, transfer.size))
+            if readback:
+                readback[0].advance(position)
+            first = False
+        return _Sent(offset, position - offset, headers, digest, readback[0] if readback else None)
+
+    def _reads_back(self, headers: Mapping[str, str]) -> bool:
+        """Whether verification will read the copy back (no digest from the server)."""
+        return self._head_digests is not True and _reported_digest(headers, self.algorithm) is None
 
     def _restart(
         self,
@@ -363,10 +481,17 @@ class HttpBackend:
         path: str,
         expected: bytes,
         headers: Mapping[str, str],
+        readback: _ReadBack | None = None,
     ) -> None:
-        transfer.check_source()
-        name = self.algorithm.value
         reported = _reported_digest(headers, self.algorithm)
+        source = "reported by the server"
+        if readback is not None:
+            if reported is None:
+                reported = readback.finish()
+                source = "read back"
+            else:
+                readback.stop()
+        transfer.check_source()
         if reported is None and self._head_digests is not False:
             want = _DIGEST_NAMES[self.algorithm]
             with self._request(
@@ -375,40 +500,69 @@ class HttpBackend:
                 if response.ok:
                     reported = _reported_digest(response.headers, self.algorithm)
                     self._head_digests = reported is not None
+                    source = "reported by the server"
         if reported is None:
             reported = self._read_back(transfer, url, path)
             source = "read back"
-        else:
-            source = "reported by the server"
         if reported != expected:
             raise VerificationError(
-                f"{self.where}: {path}: the copy's {name} ({source}) differs from the source's"
+                f"{self.where}: {path}: the copy's {self.algorithm.value} ({source}) differs "
+                "from the source's"
             )
 
     def _read_back(self, transfer: Transfer, url: str, path: str) -> bytes:
-        """The digest of the remote object, read back with a ranged GET."""
-        size = transfer.size
-        headers = {"Accept-Encoding": "identity"}
-        if size > 0:
-            headers["Range"] = f"bytes=0-{size - 1}"
+        """The digest of the remote object, read back with one ranged GET."""
         digest = new_digest(self.algorithm)
+        self.read_range(url, path, 0, transfer.size, transfer.size, digest, reader=False)
+        return digest.digest()
+
+    def read_range(
+        self,
+        url: str,
+        path: str,
+        start: int,
+        end: int,
+        size: int,
+        digest: Digest,
+        *,
+        reader: bool,
+    ) -> bool:
+        """Feeds bytes start..end-1 of the remote object to `digest` (a ranged GET); False
+        when the server answered a part with the whole object (nothing fed). Raises
+        VerificationError unless exactly those bytes come back and the object holds `size`
+        bytes (a range reaching `size`) or at least `end` (an earlier one)."""
+        headers = {"Accept-Encoding": "identity"}
+        if end > start:
+            headers["Range"] = f"bytes={start}-{end - 1}"
         read = 0
-        with self._request("GET", url, headers, stream=True) as response:
+        with self._request("GET", url, headers, reader=reader, stream=True) as response:
             if response.status_code == 404:
                 raise VerificationError(f"{self.where}: {path}: the copy is not there")
+            if response.status_code == 416:
+                raise VerificationError(f"{self.where}: {path} holds fewer than {end} bytes")
             if not response.ok:
                 raise self._fail(response, "GET", path)
-            total = response.headers.get("Content-Range", "").rpartition("/")[2]
-            if response.status_code == 206 and total.isdigit() and int(total) != size:
-                raise VerificationError(
-                    f"{self.where}: {path} holds {total} bytes, {size} were sent"
-                )
+            if response.status_code == 206:
+                first, _, total = response.headers.get("Content-Range", "").partition("/")
+                held = int(total) if total.isdigit() else None
+                if not first.strip().startswith(f"bytes {start}-"):
+                    raise VerificationError(
+                        f"{self.where}: {path}: asked for bytes from {start}, got {first!r}"
+                    )
+                if held is not None and (held < end or (end == size and held != size)):
+                    raise VerificationError(
+                        f"{self.where}: {path} holds {held} bytes, {size} were sent"
+                    )
+            elif start > 0 or end < size:
+                return False  # a 200 is the whole object, not the range asked for
             for block in response.iter_content(CHUNK):
                 digest.update(block)
                 read += len(block)
-        if read != size:
-            raise VerificationError(f"{self.where}: {path} holds {read} bytes, {size} were sent")
-        return digest.digest()
+        if read != end - start:
+            raise VerificationError(
+                f"{self.where}: {path} holds {start + read} bytes, {size} were sent"
+            )
+        return True
 
     def discard(self, relative: PurePosixPath, upload_id: str | None) -> None:
         """Deletes the partial or failed copy of an abandoned delivery (best effort)."""
