@@ -5,6 +5,7 @@ SIGKILL, a server down then back, a corrupted remote copy sent again, odd file n
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import shutil
@@ -113,7 +114,7 @@ def test_verification_uses_a_reported_digest_or_reads_the_copy_back(
         ranges = [tuple(map(int, g.removeprefix("bytes=").split("-"))) for g in gets]
         assert ranges[0][0] == 0
         assert ranges[-1][1] == len(data) - 1
-        assert all(b[0] == a[1] + 1 for a, b in zip(ranges, ranges[1:]))
+        assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(ranges))
 
 
 @pytest.mark.parametrize("algorithm", ["CRC32C", "SHA256"])
