@@ -117,6 +117,19 @@ def test_verification_uses_a_reported_digest_or_reads_the_copy_back(
         assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(ranges))
 
 
+def test_a_server_ignoring_ranged_gets_is_read_back_whole(harness: Harness, upload: UploadServer):
+    data = write_file(harness.source / "g.bin", 3 * MIB)
+    upload.behaviour.whole_gets = True
+    _, events = harness.start([upload.destination(chunkBytes=MIB)])
+    wait_until(lambda: events.of("file-completed"), 30, "the file")
+    assert upload.files["/up/g.bin"] == data
+    gets = [h.get("Range") for m, _, h in upload.requests if m == "GET"]
+    # The read-back behind the upload got a 200 for its first range and stopped; the copy
+    # was then read whole.
+    assert gets[-1] == f"bytes=0-{len(data) - 1}"
+    assert len(gets) == 2
+
+
 @pytest.mark.parametrize("algorithm", ["CRC32C", "SHA256"])
 def test_a_server_reporting_a_wrong_digest_fails_verification(
     harness: Harness, upload: UploadServer, algorithm: str

@@ -173,6 +173,8 @@ class Behaviour:
     digest: bool = False
     #: Flips a byte of every stored upload (a server that corrupts what it stores).
     corrupt: bool = False
+    #: Answers a ranged GET with the whole object (200), as a server without ranges does.
+    whole_gets: bool = False
 
 
 class UploadServer:
@@ -262,7 +264,7 @@ class UploadServer:
                     self._reply(404)
                     return
                 match = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
-                if match is None:
+                if match is None or server.behaviour.whole_gets:
                     self._reply(200, bytes(data))
                     return
                 start = int(match[1])
