@@ -12,6 +12,7 @@ import shutil
 import signal
 import sqlite3
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -261,6 +262,16 @@ def test_a_5xx_in_the_middle_keeps_the_recorded_offset(harness: Harness, upload:
     # The retry resumed where the server had stopped, not from 0.
     assert delivered["resumedFrom"] > 0
     assert delivered["bytesSent"] < len(data)
+
+
+def test_the_destination_bandwidth_limit_holds(harness: Harness, upload: UploadServer):
+    data = write_file(harness.source / "b.bin", 3 * MIB)
+    _, events = harness.start([upload.destination(chunkBytes=MIB, bandwidthBytesPerSec=MIB)])
+    started = time.monotonic()
+    wait_until(lambda: events.of("file-completed"), 30, "the file")
+    # The bucket starts empty with a quarter second of burst: 3 MiB at 1 MiB/s.
+    assert time.monotonic() - started >= 2.5
+    assert upload.files["/up/b.bin"] == data
 
 
 def test_a_server_that_cannot_resume_gets_whole_files_logged_once(

@@ -201,7 +201,9 @@ class HttpBackend:
     def __init__(self, settings: Mapping[str, Any], secrets: SecretResolver | None) -> None:
         self.url: str = settings["url"]
         parts = urlsplit(self.url)
-        self.where = f"{parts.scheme}://{parts.netloc}"
+        # Host and port only: never the user information a URL could carry.
+        port = f":{parts.port}" if parts.port else ""
+        self.where = f"{parts.scheme}://{parts.hostname}{port}"
         self.method: str = settings.get("method", "PUT")
         self.resumable = bool(settings.get("resumable", True)) and self.method == "PUT"
         self.chunk_bytes = int(settings.get("chunkBytes", DEFAULT_CHUNK_BYTES))
