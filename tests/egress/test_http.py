@@ -376,6 +376,32 @@ def test_a_server_that_is_down_holds_only_its_own_delivery(harness: Harness, tmp
     assert not (harness.source / "f.bin").exists()
 
 
+@pytest.mark.slow
+def test_a_server_stopped_mid_transfer_is_resumed_when_it_returns(harness: Harness, tmp_path: Path):
+    data = write_file(harness.source / "s.bin", 24 * MIB)
+    server = Httpd().start()
+    try:
+        _, events = harness.start(
+            [server.destination("dav", id="web", chunkBytes=2 * MIB, bandwidthBytesPerSec=8 * MIB)]
+        )
+        wait_until(lambda: offset(harness, "web") >= 6 * MIB, 30, "a recorded offset")
+        server.stop()
+        wait_until(lambda: events.of("delivery-retry"), 30, "a retry while it is down")
+        assert not events.of("file-delivered")
+        assert (harness.source / "s.bin").exists()
+        recorded = offset(harness, "web")
+        server.start()
+        wait_until(lambda: events.of("file-completed"), 60, "completion once it is back")
+        delivered = events.of("file-delivered")[0]
+        assert delivered["resumedFrom"] >= recorded >= 6 * MIB
+        assert delivered["bytesSent"] == len(data) - delivered["resumedFrom"]
+        assert (server.www / "dav" / "s.bin").read_bytes() == data
+        assert not server.leftovers()
+        assert not (harness.source / "s.bin").exists()
+    finally:
+        server.remove()
+
+
 def test_a_missing_extra_is_refused_with_the_pip_command(monkeypatch: pytest.MonkeyPatch):
     from tests.egress.test_component import document, issues
     from unskit.errors import ConfigError
