@@ -83,6 +83,31 @@ def issues(doc: dict[str, Any]) -> list[str]:
             "$.component.instances[0].egress[0].bearerToken: not allowed with username",
         ),
         (
+            document(
+                {
+                    "type": "http",
+                    "url": "https://h/",
+                    "bearerToken": "t",
+                    "headers": {"authorization": "x"},
+                }
+            ),
+            "$.component.instances[0].egress[0].headers.Authorization: conflicts with the",
+        ),
+        (
+            {
+                **document(
+                    {
+                        "type": "http",
+                        "url": "https://h/",
+                        "credentials": {"$secret": "w"},
+                        "username": "u",
+                    }
+                ),
+                "credentials": {"vaultPath": "/tmp/none"},
+            },
+            "$.component.instances[0].egress[0].username: not allowed with credentials",
+        ),
+        (
             document({"type": "http", "url": "https://h/", "password": "p"}),
             "$.component.instances[0].egress[0].username: required with password",
         ),
