@@ -311,6 +311,25 @@ def test_a_server_lying_about_its_offset_is_caught_by_verification(
     assert upload.files["/up/l.bin"] == data
 
 
+@pytest.mark.parametrize("intact", [True, False])
+def test_a_copy_complete_before_a_crash_is_verified_not_sent_again(
+    harness: Harness, upload: UploadServer, tmp_path: Path, intact: bool
+):
+    data = write_file(harness.source / "m.bin", 3 * MIB)
+    # The crash came after the last PUT and before the verification was recorded.
+    upload.files["/up/m.bin"] = bytearray(data if intact else data[:-1] + b"\0")
+    seed(tmp_path, harness.source, "m.bin", "web", len(data))
+    _, events = harness.start([upload.destination(id="web", chunkBytes=MIB)])
+    wait_until(lambda: events.of("file-completed"), 30, "the file")
+    delivered = events.of("file-delivered")[0]
+    assert delivered["bytesSent"] == (0 if intact else len(data))
+    assert delivered["resumedFrom"] == (len(data) if intact else 0)
+    assert len(events.of("verification-failed")) == (0 if intact else 1)
+    # Nothing was left to send: no empty ranged PUT either.
+    assert upload.count("PUT") == (0 if intact else 3)
+    assert upload.files["/up/m.bin"] == data
+
+
 def test_a_server_claiming_more_than_the_file_starts_over(
     harness: Harness, upload: UploadServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ):
