@@ -50,6 +50,8 @@ SERVER_FIXTURES = frozenset(
         "bucket",
         "sshd",
         "ftps",
+        "httpd",
+        "upload",
         "rtsp_url",
         "harness",
         "rig",

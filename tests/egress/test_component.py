@@ -63,8 +63,61 @@ def issues(doc: dict[str, Any]) -> list[str]:
             "$.component.instances[0].egress[0].kmsKeyId: applies only with sse aws:kms",
         ),
         (
-            document({"type": "http", "url": "https://h"}),
-            "$.component.instances[0].egress[0].type: backend 'http' is not available",
+            document({"type": "blobstore", "account": "a", "container": "c"}),
+            "$.component.instances[0].egress[0].type: backend 'blobstore' is not available",
+        ),
+        (
+            document({"type": "http", "url": "ftp://h/x"}),
+            "$.component.instances[0].egress[0].url: must be an http:// or https:// URL",
+        ),
+        (
+            document({"type": "http", "url": "https://u:pw@h/x"}),
+            "$.component.instances[0].egress[0].url: must not carry credentials",
+        ),
+        (
+            document({"type": "http", "url": "https://h/", "method": "PATCH"}),
+            "$.component.instances[0].egress[0].method: must be PUT or POST",
+        ),
+        (
+            document({"type": "http", "url": "https://h/", "bearerToken": "t", "username": "u"}),
+            "$.component.instances[0].egress[0].bearerToken: not allowed with username",
+        ),
+        (
+            document(
+                {
+                    "type": "http",
+                    "url": "https://h/",
+                    "bearerToken": "t",
+                    "headers": {"authorization": "x"},
+                }
+            ),
+            "$.component.instances[0].egress[0].headers.Authorization: conflicts with the",
+        ),
+        (
+            {
+                **document(
+                    {
+                        "type": "http",
+                        "url": "https://h/",
+                        "credentials": {"$secret": "w"},
+                        "username": "u",
+                    }
+                ),
+                "credentials": {"vaultPath": "/tmp/none"},
+            },
+            "$.component.instances[0].egress[0].username: not allowed with credentials",
+        ),
+        (
+            document({"type": "http", "url": "https://h/", "password": "p"}),
+            "$.component.instances[0].egress[0].username: required with password",
+        ),
+        (
+            document({"type": "http", "url": "https://h/", "chunkBytes": 1000}),
+            "$.component.instances[0].egress[0].chunkBytes",
+        ),
+        (
+            document({"type": "http", "url": "https://h/", "headers": {"bad name": "x"}}),
+            "$.component.instances[0].egress[0].headers",
         ),
         (
             document({"type": "sftp", "host": "h", "username": "u", "hostKey": "ssh-rsa x"}),
@@ -175,6 +228,19 @@ def test_the_shipped_schema_accepts_every_spec_key():
             "checksumAlgorithm": "SHA256",
         },
         {"type": "ftps", "host": "h", "credentials": {"$secret": "ftp-login"}},
+        {
+            "type": "http",
+            "url": "https://ingest.example/up/?tenant=7",
+            "method": "PUT",
+            "headers": {"X-Site": "plant-1", "X-Api-Key": {"$secret": "api", "field": "key"}},
+            "username": "edge",
+            "password": {"$secret": "http", "field": "password"},
+            "resumable": True,
+            "chunkBytes": 4 * 1024 * 1024,
+            "checksumAlgorithm": "SHA256",
+        },
+        {"type": "http", "url": "http://h/", "method": "POST", "bearerToken": "t"},
+        {"type": "http", "url": "http://h/", "credentials": {"$secret": "http-login"}},
     )
     full["credentials"] = {"vaultPath": "/tmp/none"}
     found = validate_document(full, component_schema=component_schema())

@@ -15,9 +15,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from unskit.config.model import ComponentConfig, thaw
 from unskit.config.schema import load_schema
+from unskit.egress.backends import extra_installed, missing_extra
 from unskit.errors import ConfigError, ConfigIssue
 
 __all__ = [
@@ -39,7 +41,7 @@ __all__ = [
 TOKEN = "file-egress"
 SCHEMA_FILE = "file-egress.schema.json"
 #: Backends this build delivers with; the others validate but are refused at start.
-BUILT_BACKENDS = frozenset({"local", "objectstore", "sftp", "ftps"})
+BUILT_BACKENDS = frozenset({"local", "objectstore", "sftp", "ftps", "http"})
 DEFAULT_MULTIPART_BYTES = 8 * 1024 * 1024
 DEFAULT_SETTLE_SECONDS = 5.0
 DEFAULT_PROGRESS_INTERVAL_MS = 1000
@@ -192,6 +194,11 @@ def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
                     f"(available: {', '.join(sorted(BUILT_BACKENDS))})",
                 )
                 continue
+            if not extra_installed(kind):
+                yield ConfigIssue(f"{at}.type", missing_extra(kind))
+                continue
+            if kind == "http":
+                yield from _http_rules(destination, at)
             if kind == "local":
                 root = Path(os.path.abspath(destination["path"]))
                 if root == source or source in root.parents:
@@ -217,6 +224,31 @@ def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
                     yield ConfigIssue(
                         f"{at}.multipart.thresholdBytes", "must be at least partSizeBytes"
                     )
+
+
+def _http_rules(destination: Mapping[str, Any], at: str) -> Iterator[ConfigIssue]:
+    parts = urlsplit(destination["url"])
+    if not parts.hostname:
+        yield ConfigIssue(f"{at}.url", "has no host")
+    if parts.username is not None or parts.password is not None:
+        yield ConfigIssue(
+            f"{at}.url", "must not carry credentials; use username and password or credentials"
+        )
+    if parts.fragment:
+        yield ConfigIssue(f"{at}.url", "must not have a #fragment")
+    bundle = "credentials" in destination
+    for name in ("bearerToken", "username", "password"):
+        if bundle and name in destination:
+            yield ConfigIssue(f"{at}.{name}", "not allowed with credentials")
+    if "bearerToken" in destination and "username" in destination:
+        yield ConfigIssue(f"{at}.bearerToken", "not allowed with username (choose one)")
+    if "password" in destination and "username" not in destination:
+        yield ConfigIssue(f"{at}.username", "required with password")
+    headers = {name.lower() for name in destination.get("headers") or {}}
+    if "authorization" in headers and (
+        bundle or "bearerToken" in destination or "username" in destination
+    ):
+        yield ConfigIssue(f"{at}.headers.Authorization", "conflicts with the credentials set")
 
 
 def parse_component(config: ComponentConfig) -> EgressSettings:

@@ -2,12 +2,13 @@
 
 A backend delivers one file to one destination: it resumes from the progress the pipeline
 recorded, reports new progress through the `Journal` as it goes, verifies the copy, and
-raises an `EgressError` subclass when it cannot. Adding a backend (sftp, ftps, http,
-blobstore, bucketstore) is a new module here and one line in `open_backend`.
+raises an `EgressError` subclass when it cannot. Adding a backend (blobstore,
+bucketstore) is a new module here and one line in `open_backend`.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -21,10 +22,13 @@ from unskit.egress.throttle import Throttle
 from unskit.errors import ConfigError, ConfigIssue, SourceChangedError, UnsafePathError
 
 __all__ = [
+    "EXTRAS",
     "Backend",
     "Journal",
     "Outcome",
     "Transfer",
+    "extra_installed",
+    "missing_extra",
     "open_backend",
     "safe_relative",
     "safe_target",
@@ -133,7 +137,37 @@ def open_backend(
         from unskit.egress.backends.ftps import FtpsBackend
 
         return FtpsBackend(settings, secrets)
+    if kind == "http":
+        try:
+            from unskit.egress.backends.http import HttpBackend
+        except ImportError as exc:
+            raise ConfigError([ConfigIssue(f"{path}.type", missing_extra(kind))]) from exc
+        return HttpBackend(settings, secrets)
     raise ConfigError([ConfigIssue(f"{path}.type", f"backend {kind!r} is not in this build")])
+
+
+#: The optional extra and the module each SDK-backed backend needs beyond the base install.
+EXTRAS: Mapping[str, tuple[str, str]] = {"http": ("http", "requests")}
+
+
+def missing_extra(kind: str) -> str:
+    """The refusal of a backend whose extra is not installed, with the pip command."""
+    extra, module = EXTRAS[kind]
+    return (
+        f"backend {kind!r} needs the {module!r} package, which is not installed: "
+        f"pip install 'unskit[{extra}]'"
+    )
+
+
+def extra_installed(kind: str) -> bool:
+    """False when `kind` needs an optional extra whose SDK cannot be imported."""
+    if kind not in EXTRAS:
+        return True
+    try:
+        importlib.import_module(EXTRAS[kind][1])
+    except ImportError:
+        return False
+    return True
 
 
 def safe_relative(text: str) -> PurePosixPath:
