@@ -278,18 +278,20 @@ def test_a_server_that_cannot_resume_gets_whole_files_logged_once(
     harness: Harness, upload: UploadServer, caplog: pytest.LogCaptureFixture
 ):
     caplog.set_level(logging.WARNING, logger="unskit.egress.backends.http")
-    data = {n: write_file(harness.source / n, 3 * MIB) for n in ("a.bin", "b.bin")}
+    names = ("a.bin", "b.bin", "c.bin", "d.bin")
+    data = {n: write_file(harness.source / n, 3 * MIB) for n in names}
     upload.behaviour.refuse_ranges = 400
     _, events = harness.start([upload.destination(chunkBytes=MIB)])
-    wait_until(lambda: len(events.of("file-completed")) == 2, 30, "two files")
+    wait_until(lambda: len(events.of("file-completed")) == len(names), 30, "every file")
     for name, content in data.items():
         assert upload.files[f"/up/{name}"] == content
     warnings = [r for r in caplog.records if "cannot resume" in r.getMessage()]
     assert len(warnings) == 1
     assert "HTTP 400" in warnings[0].getMessage()
-    # One refused ranged PUT in all: the second file went whole at once.
+    # At most one refused ranged PUT per worker (maxConcurrentFiles, default 2): the
+    # finding is shared, so the files after went whole at once.
     ranged = [h for m, _, h in upload.requests if m == "PUT" and "Content-Range" in h]
-    assert len(ranged) == 1
+    assert 1 <= len(ranged) <= 2
 
 
 def test_a_server_lying_about_its_offset_is_caught_by_verification(

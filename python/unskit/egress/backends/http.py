@@ -17,6 +17,7 @@ import base64
 import contextlib
 import logging
 import threading
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -195,6 +196,33 @@ class _BlockAdapter(HTTPAdapter):
         super().init_poolmanager(*args, **kwargs)
 
 
+class _ServerTraits:
+    """What a destination's backends learned of its server, shared by its workers
+    (maxConcurrentFiles): one finding, logged once, applies to every connection."""
+
+    def __init__(self, ranges: bool) -> None:
+        self.lock = threading.Lock()
+        #: False once the server showed it cannot write at an offset: whole-file PUTs.
+        self.ranges = ranges
+        #: Whether a HEAD reports the digest (None: not known yet); False skips that HEAD.
+        self.head_digests: bool | None = None
+
+
+_TRAITS: weakref.WeakValueDictionary[tuple[str, str, bool], _ServerTraits] = (
+    weakref.WeakValueDictionary()
+)
+_TRAITS_LOCK = threading.Lock()
+
+
+def _traits_for(url: str, method: str, resumable: bool) -> _ServerTraits:
+    with _TRAITS_LOCK:
+        traits = _TRAITS.get((url, method, resumable))
+        if traits is None:
+            traits = _ServerTraits(resumable)
+            _TRAITS[(url, method, resumable)] = traits
+        return traits
+
+
 class HttpBackend:
     """Delivers to one HTTP(S) endpoint by PUT (resumable) or POST (single shot)."""
 
@@ -224,15 +252,12 @@ class HttpBackend:
             self._basic = (username, password or Secret(""))
         self._session: requests.Session | None = None
         self._reader: requests.Session | None = None
-        #: False once the server showed it cannot write at an offset: whole-file PUTs.
-        self._ranges = self.resumable
+        self._traits = _traits_for(self.url, self.method, self.resumable)
         #: Collections made (or found) by MKCOL; forgotten when a PUT finds one missing.
         self._collections: set[str] = set()
-        #: Whether a HEAD reports the digest (None: not known yet); False skips that HEAD.
-        self._head_digests: bool | None = None
 
     def __repr__(self) -> str:
-        return f"HttpBackend({self.where}, method={self.method}, resumable={self._ranges})"
+        return f"HttpBackend({self.where}, method={self.method}, resumable={self._traits.ranges})"
 
     # -- connection ------------------------------------------------------------------------
 
@@ -337,10 +362,10 @@ class HttpBackend:
 
     def _put(self, transfer: Transfer, url: str, path: str) -> Outcome:
         # Only a resumed delivery asks what the server holds: a fresh one starts at 0.
-        remote = self._head(url, path) if self._ranges and transfer.offset > 0 else None
+        remote = self._head(url, path) if self._traits.ranges and transfer.offset > 0 else None
         self._make_collections(transfer)
         offset = 0
-        if self._ranges and transfer.offset > 0 and remote is not None:
+        if self._traits.ranges and transfer.offset > 0 and remote is not None:
             if remote > transfer.size:
                 _log.warning(
                     "%s: %s: the server reports %d bytes, more than the file's %d; starting over",
@@ -354,7 +379,7 @@ class HttpBackend:
         with open(transfer.source, "rb", buffering=0) as source:
             digest = new_digest(self.algorithm)
             hash_prefix(source, digest, offset, transfer)
-            if self._ranges:
+            if self._traits.ranges:
                 sent = self._put_ranges(transfer, source, digest, url, path, offset)
             else:
                 sent = self._put_whole(transfer, source, digest, url, path)
@@ -441,7 +466,10 @@ class HttpBackend:
 
     def _reads_back(self, headers: Mapping[str, str]) -> bool:
         """Whether verification will read the copy back (no digest from the server)."""
-        return self._head_digests is not True and _reported_digest(headers, self.algorithm) is None
+        return (
+            self._traits.head_digests is not True
+            and _reported_digest(headers, self.algorithm) is None
+        )
 
     def _restart(
         self,
@@ -452,8 +480,11 @@ class HttpBackend:
         reason: str,
     ) -> _Sent:
         """The server cannot resume: this and every later file is sent whole from 0."""
-        if self._ranges:
-            self._ranges = False
+        traits = self._traits
+        with traits.lock:
+            first = traits.ranges
+            traits.ranges = False
+        if first:
             _log.warning(
                 "%s: the server cannot resume uploads (%s); files are sent whole from now on",
                 self.where,
@@ -495,14 +526,14 @@ class HttpBackend:
             else:
                 readback.stop()
         transfer.check_source()
-        if reported is None and self._head_digests is not False:
+        if reported is None and self._traits.head_digests is not False:
             want = _DIGEST_NAMES[self.algorithm]
             with self._request(
                 "HEAD", url, {"Want-Repr-Digest": f"{want}=9", "Want-Digest": want}
             ) as response:
                 if response.ok:
                     reported = _reported_digest(response.headers, self.algorithm)
-                    self._head_digests = reported is not None
+                    self._traits.head_digests = reported is not None
                     source = "reported by the server"
         if reported is None:
             reported = self._read_back(transfer, url, path)
