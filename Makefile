@@ -9,6 +9,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 # Extras of pyproject.toml the tests, lint and benchmarks need.
 EXTRAS := embedded,egress,opcua,test,lint,bench
+EXTRAS := $(EXTRAS),bucketstore
 
 .PHONY: help demo test test-unit lint fmt bench soak fuzz system-deps venv build clean
 

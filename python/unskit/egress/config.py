@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import importlib.util
 import os
 import struct
 from collections.abc import Iterator, Mapping
@@ -39,6 +40,10 @@ TOKEN = "file-egress"
 SCHEMA_FILE = "file-egress.schema.json"
 #: Backends this build delivers with; the others validate but are refused at start.
 BUILT_BACKENDS = frozenset({"local", "objectstore", "sftp", "ftps"})
+# bucketstore (issue 16): in every build, but it needs its extra; refused at start without.
+BUILT_BACKENDS |= {"bucketstore"}
+#: The module an optional backend needs, and the extra that installs it.
+BUCKETSTORE_EXTRA = ("requests", "pip install 'unskit[bucketstore]'")
 DEFAULT_MULTIPART_BYTES = 8 * 1024 * 1024
 DEFAULT_SETTLE_SECONDS = 5.0
 DEFAULT_PROGRESS_INTERVAL_MS = 1000
@@ -191,6 +196,8 @@ def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
                         yield ConfigIssue(f"{at}.{name}", "not allowed with credentials")
                 if not bundle and "username" not in destination:
                     yield ConfigIssue(f"{at}.username", "required without credentials")
+            if kind == "bucketstore":
+                yield from _bucketstore_rules(destination, at)
             if kind == "objectstore":
                 if "kmsKeyId" in destination and destination.get("sse") != "aws:kms":
                     yield ConfigIssue(f"{at}.kmsKeyId", "applies only with sse aws:kms")
@@ -200,6 +207,22 @@ def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
                     yield ConfigIssue(
                         f"{at}.multipart.thresholdBytes", "must be at least partSizeBytes"
                     )
+
+
+def _bucketstore_rules(destination: Mapping[str, Any], at: str) -> Iterator[ConfigIssue]:
+    module, command = BUCKETSTORE_EXTRA
+    if importlib.util.find_spec(module) is None:
+        yield ConfigIssue(
+            f"{at}.type", f"backend 'bucketstore' needs the {module} package: {command}"
+        )
+    given = [name for name in ("accessToken", "credentials") if name in destination]
+    if destination.get("anonymous", False):
+        for name in given:
+            yield ConfigIssue(f"{at}.{name}", "not allowed with anonymous")
+    elif not given:
+        yield ConfigIssue(f"{at}.accessToken", "required unless credentials or anonymous is set")
+    elif len(given) == 2:
+        yield ConfigIssue(f"{at}.accessToken", "not allowed with credentials")
 
 
 def parse_component(config: ComponentConfig) -> EgressSettings:

@@ -133,6 +133,18 @@ def open_backend(
         from unskit.egress.backends.ftps import FtpsBackend
 
         return FtpsBackend(settings, secrets)
+    if kind == "bucketstore":
+        try:
+            from unskit.egress.backends.bucketstore import BucketStoreBackend
+        except ImportError as exc:
+            raise ConfigError(
+                [
+                    ConfigIssue(
+                        f"{path}.type", f"{exc}; install it: pip install 'unskit[bucketstore]'"
+                    )
+                ]
+            ) from exc
+        return BucketStoreBackend(settings, secrets)
     raise ConfigError([ConfigIssue(f"{path}.type", f"backend {kind!r} is not in this build")])
 
 
