@@ -13,6 +13,7 @@ import signal
 import sqlite3
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -605,3 +606,25 @@ def test_a_server_error_keeps_the_session_for_the_next_attempt(gcs: GcsEmulator,
     # Nothing was forgotten: the next attempt asks the session again.
     assert isinstance(job.journal, Journal)
     assert job.journal.uploads == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["destination", "instance"])
+def test_the_bandwidth_limits_hold(harness: Harness, gcs: GcsEmulator, where: str):
+    data = write_file(harness.source / "bw.bin", 6 * MIB)
+    limit = 2 * MIB
+    settings = {"bandwidthBytesPerSec": limit} if where == "destination" else {}
+    started = time.monotonic()
+    _, events = harness.start(
+        [gcs.destination(prefix=f"bw-{where}", chunkBytes=CHUNK_UNIT, **settings)],
+        bandwidth=limit if where == "instance" else 0,
+    )
+    wait_until(lambda: events.of("file-completed"), 30, "completion")
+    elapsed = time.monotonic() - started
+    # The bucket starts empty and lets a quarter second of burst through.
+    assert elapsed >= (len(data) - limit / 4) / limit * 0.95, elapsed
+    # Progress was reported while it went, not only at the end.
+    partial = [p["bytesSent"] for p in events.of("file-progress") if p["bytesSent"] < len(data)]
+    assert len(partial) >= 3
+    assert partial == sorted(partial)
+    assert gcs.read(f"bw-{where}/bw.bin") == data
