@@ -41,7 +41,7 @@ __all__ = [
 TOKEN = "file-egress"
 SCHEMA_FILE = "file-egress.schema.json"
 #: Backends this build delivers with; the others validate but are refused at start.
-BUILT_BACKENDS = frozenset({"local", "objectstore", "sftp", "ftps", "http"})
+BUILT_BACKENDS = frozenset({"local", "objectstore", "sftp", "ftps", "http", "bucketstore"})
 DEFAULT_MULTIPART_BYTES = 8 * 1024 * 1024
 DEFAULT_SETTLE_SECONDS = 5.0
 DEFAULT_PROGRESS_INTERVAL_MS = 1000
@@ -215,6 +215,8 @@ def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
                         yield ConfigIssue(f"{at}.{name}", "not allowed with credentials")
                 if not bundle and "username" not in destination:
                     yield ConfigIssue(f"{at}.username", "required without credentials")
+            if kind == "bucketstore":
+                yield from _bucketstore_rules(destination, at)
             if kind == "objectstore":
                 if "kmsKeyId" in destination and destination.get("sse") != "aws:kms":
                     yield ConfigIssue(f"{at}.kmsKeyId", "applies only with sse aws:kms")
@@ -249,6 +251,17 @@ def _http_rules(destination: Mapping[str, Any], at: str) -> Iterator[ConfigIssue
         bundle or "bearerToken" in destination or "username" in destination
     ):
         yield ConfigIssue(f"{at}.headers.Authorization", "conflicts with the credentials set")
+
+
+def _bucketstore_rules(destination: Mapping[str, Any], at: str) -> Iterator[ConfigIssue]:
+    given = [name for name in ("accessToken", "credentials") if name in destination]
+    if destination.get("anonymous", False):
+        for name in given:
+            yield ConfigIssue(f"{at}.{name}", "not allowed with anonymous")
+    elif not given:
+        yield ConfigIssue(f"{at}.accessToken", "required unless credentials or anonymous is set")
+    elif len(given) == 2:
+        yield ConfigIssue(f"{at}.accessToken", "not allowed with credentials")
 
 
 def parse_component(config: ComponentConfig) -> EgressSettings:

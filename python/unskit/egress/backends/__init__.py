@@ -143,11 +143,20 @@ def open_backend(
         except ImportError as exc:
             raise ConfigError([ConfigIssue(f"{path}.type", missing_extra(kind))]) from exc
         return HttpBackend(settings, secrets)
+    if kind == "bucketstore":
+        try:
+            from unskit.egress.backends.bucketstore import BucketStoreBackend
+        except ImportError as exc:
+            raise ConfigError([ConfigIssue(f"{path}.type", missing_extra(kind))]) from exc
+        return BucketStoreBackend(settings, secrets)
     raise ConfigError([ConfigIssue(f"{path}.type", f"backend {kind!r} is not in this build")])
 
 
 #: The optional extra and the module each SDK-backed backend needs beyond the base install.
-EXTRAS: Mapping[str, tuple[str, str]] = {"http": ("http", "requests")}
+EXTRAS: Mapping[str, tuple[str, str]] = {
+    "http": ("http", "requests"),
+    "bucketstore": ("bucketstore", "requests"),
+}
 
 
 def missing_extra(kind: str) -> str:
