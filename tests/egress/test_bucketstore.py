@@ -409,8 +409,8 @@ def test_configuration_rules_and_a_missing_extra(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setitem(sys.modules, "requests", None)
     monkeypatch.delitem(sys.modules, "unskit.egress.backends.bucketstore", raising=False)
     assert issues(accessToken="t") == [
-        f"{at}.type: backend 'bucketstore' needs the requests package: "
-        "pip install 'unskit[bucketstore]'"
+        f"{at}.type: backend 'bucketstore' needs the 'requests' package, which is not "
+        "installed: pip install 'unskit[bucketstore]'"
     ]
     with pytest.raises(ConfigError, match=r"pip install 'unskit\[bucketstore\]'"):
         open_backend({"type": "bucketstore", "bucket": "bkt", "anonymous": True}, None)
