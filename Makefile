@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 # Extras of pyproject.toml the tests, lint and benchmarks need.
-EXTRAS := embedded,egress,opcua,test,lint,bench
+EXTRAS := embedded,egress,opcua,test,lint,bench,blobstore
 
 .PHONY: help demo test test-unit lint fmt bench soak fuzz system-deps venv build clean
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import importlib.util
 import os
 import struct
 from collections.abc import Iterator, Mapping
@@ -23,6 +24,7 @@ from unskit.errors import ConfigError, ConfigIssue
 __all__ = [
     "BUILT_BACKENDS",
     "DEFAULT_MULTIPART_BYTES",
+    "EXTRA_BACKENDS",
     "TOKEN",
     "DestinationSpec",
     "EgressSettings",
@@ -31,6 +33,8 @@ __all__ = [
     "SourceSpec",
     "component_schema",
     "configuration_issues",
+    "connection_string_key",
+    "missing_extra",
     "parse_component",
     "parse_host_key",
 ]
@@ -43,6 +47,11 @@ DEFAULT_MULTIPART_BYTES = 8 * 1024 * 1024
 DEFAULT_SETTLE_SECONDS = 5.0
 DEFAULT_PROGRESS_INTERVAL_MS = 1000
 DEFAULT_RETENTION_HOURS = 168.0
+#: Backends whose SDK is an optional extra: the module each imports and the extra installing it.
+EXTRA_BACKENDS = {"blobstore": ("azure.storage.blob", "blobstore")}
+#: blobstore: files above thresholdBytes go as staged blocks of blockSizeBytes.
+DEFAULT_BLOB_THRESHOLD_BYTES = 8 * 1024 * 1024
+DEFAULT_BLOB_BLOCK_BYTES = 8 * 1024 * 1024
 
 
 @functools.cache
@@ -168,7 +177,12 @@ def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
                 yield ConfigIssue(f"{at}.id", f"duplicate egress id {ident!r} in this instance")
             destination_ids.add(ident)
             kind = destination["type"]
-            if kind not in BUILT_BACKENDS:
+            if kind in EXTRA_BACKENDS:
+                missing = missing_extra(kind)
+                if missing is not None:
+                    yield ConfigIssue(f"{at}.type", missing)
+                    continue
+            if kind not in BUILT_BACKENDS and kind not in EXTRA_BACKENDS:
                 yield ConfigIssue(
                     f"{at}.type",
                     f"backend {kind!r} is not available in this build "
@@ -200,6 +214,41 @@ def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
                     yield ConfigIssue(
                         f"{at}.multipart.thresholdBytes", "must be at least partSizeBytes"
                     )
+            if kind == "blobstore":
+                yield from _blobstore_rules(destination, at)
+
+
+def missing_extra(kind: str) -> str | None:
+    """Why an optional backend cannot run here (its SDK is not installed), or None."""
+    module, extra = EXTRA_BACKENDS[kind]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if found:
+        return None
+    return f"backend {kind!r} needs the {module} package: pip install 'unskit[{extra}]'"
+
+
+def _blobstore_rules(destination: Mapping[str, Any], at: str) -> Iterator[ConfigIssue]:
+    given = [k for k in ("accountKey", "connectionString", "credentials") if k in destination]
+    for name in given[1:]:
+        yield ConfigIssue(
+            f"{at}.{name}",
+            f"give one of accountKey, connectionString, credentials (already {given[0]})",
+        )
+    text = destination.get("connectionString")
+    if isinstance(text, str) and not connection_string_key(text):
+        yield ConfigIssue(f"{at}.connectionString", "holds no AccountKey=...")
+
+
+def connection_string_key(text: str) -> str | None:
+    """The AccountKey of an Azure Storage connection string (its only part that is used)."""
+    for item in text.split(";"):
+        name, _, value = item.strip().partition("=")
+        if name.strip().lower() == "accountkey" and value.strip():
+            return value.strip()
+    return None
 
 
 def parse_component(config: ComponentConfig) -> EgressSettings:

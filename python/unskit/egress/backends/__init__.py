@@ -133,7 +133,27 @@ def open_backend(
         from unskit.egress.backends.ftps import FtpsBackend
 
         return FtpsBackend(settings, secrets)
+    if kind == "blobstore":
+        return _open_blobstore(settings, secrets, path)
     raise ConfigError([ConfigIssue(f"{path}.type", f"backend {kind!r} is not in this build")])
+
+
+def _open_blobstore(
+    settings: Mapping[str, Any], secrets: SecretResolver | None, path: str
+) -> Backend:
+    try:
+        from unskit.egress.backends.blobstore import BlobStoreBackend
+    except ImportError as exc:
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    f"{path}.type",
+                    f"backend 'blobstore' needs azure-storage-blob ({exc}): "
+                    "pip install 'unskit[blobstore]'",
+                )
+            ]
+        ) from exc
+    return BlobStoreBackend(settings, secrets)
 
 
 def safe_relative(text: str) -> PurePosixPath:
