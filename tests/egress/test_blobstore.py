@@ -370,3 +370,48 @@ def test_configuration_rules_name_the_field(monkeypatch, tmp_path):
             "pip install 'unskit[blobstore]'",
         )
     ]
+
+
+@pytest.mark.parametrize("intact", [True, False])
+def test_a_blob_committed_before_a_crash_is_verified_not_sent_again(
+    harness: Harness, azurite, container, tmp_path, intact: bool
+):
+    from azure.storage.blob import BlobBlock
+
+    from unskit.egress.backends.blobstore import block_id, block_tag
+    from unskit.egress.records import Part
+    from unskit.egress.state import EgressState
+
+    data = write_file(harness.source / "m.bin", 3 * BLOCK)
+    st = (harness.source / "m.bin").stat()
+    tag = block_tag(st.st_size, st.st_mtime_ns, BLOCK, Algorithm.CRC32C)
+    parts = []
+    with azurite.service() as service:
+        blob = service.get_blob_client(container, "m.bin")
+        for number in range(1, 4):
+            chunk = data[(number - 1) * BLOCK : number * BLOCK]
+            parts.append(
+                Part(number, block_id(tag, number), crc32c.crc32c(chunk).to_bytes(4, "big"), BLOCK)
+            )
+            # Not intact: block 2 holds other bytes of the same size than those recorded.
+            stored = chunk if intact or number != 2 else bytes(b ^ 1 for b in chunk)
+            blob.stage_block(block_id(tag, number), stored)
+        blob.commit_block_list(
+            [BlobBlock(block_id=p.etag) for p in parts], metadata={"unskitcrc32c": crc(data)}
+        )
+    state = EgressState(tmp_path / "state" / "egress.sqlite3")
+    file_id = state.add_file("line-1", "m.bin", st.st_size, st.st_mtime_ns, ["blob"])
+    state.save_upload(file_id, "blob", tag)
+    for part in parts:
+        state.save_part(file_id, "blob", part, 0)
+    state.close()
+    _, events = harness.start([azurite.destination(container, id="blob", blocks=BLOCKS)])
+    wait_until(lambda: events.of("file-completed"), 30, "the completion")
+    delivered = events.of("file-delivered")[0]
+    if intact:
+        assert delivered["bytesSent"] == 0
+        assert delivered["alreadyDelivered"] is True
+    else:
+        assert delivered["bytesSent"] == len(data)
+        assert "alreadyDelivered" not in delivered
+    assert blob_bytes(azurite, container, "m.bin") == data

@@ -140,3 +140,22 @@ def test_send_delivers_to_a_blobstore_and_keeps_the_files(tmp_path: Path, azurit
         assert (tmp_path / "in" / name).exists()
     assert result.stdout.count("verified") == 2
     assert ACCOUNT_KEY not in result.stdout + result.stderr
+
+
+def test_the_example_sends_to_azurite(tmp_path: Path, azurite: Azurite):
+    example = Path(__file__).parents[2] / "examples" / "file-egress-blobstore.json"
+    document = json.loads(example.read_text())
+    # Pointed at this emulator (the example says port 10000) and at tmp_path for its state.
+    [blob] = [d for d in document["component"]["instances"][0]["egress"] if d["id"] == "azure"]
+    assert blob["endpointUrl"] == "http://127.0.0.1:10000/devstoreaccount1"
+    blob["endpointUrl"] = azurite.url
+    document["component"]["instances"][0]["egress"] = [blob]
+    document["commands"]["stateDir"] = str(tmp_path / "state")
+    cfg = tmp_path / "example.json"
+    cfg.write_text(json.dumps(document))
+    with azurite.service() as service:
+        service.create_container(blob["container"])
+    data = write_file(tmp_path / "in" / "run.bin", 9 * MIB)
+    result = run_send(str(tmp_path / "in" / "run.bin"), "--config", str(cfg), "-t", "gw")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert blob_bytes(azurite, blob["container"], "plant-1/line-1/run.bin") == data

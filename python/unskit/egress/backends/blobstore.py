@@ -4,11 +4,13 @@ one is staged as blocks of blocks.blockSizeBytes, in parallel, each recorded in 
 store under a deterministic block id, so a restart lists the blob's uncommitted blocks and
 stages only the missing ones before it commits the block list.
 
-Verification: each request body carries its MD5, which the service checks (transactional);
-the source's CRC32C or SHA-256 goes into the blob's metadata and is compared after the
-commit with the size and the committed block list; blocks kept from an earlier attempt
-(never checked by this one) are read back and re-hashed against the digests recorded when
-they were staged."""
+Verification: a single Put Blob is checked by the MD5 the service computed over what it
+stored (in its reply) against the source's. Staged blocks carry their MD5, which the service
+checks, over plain HTTP (over HTTPS, TLS already guarantees the bytes arrive as sent); after
+the commit the source's CRC32C or SHA-256, stored in the blob's metadata, is compared with
+the size and the committed block list, and blocks kept from an earlier attempt (never
+checked by this one) are read back and re-hashed against the digests recorded when they
+were staged."""
 
 from __future__ import annotations
 
@@ -119,6 +121,7 @@ class BlobStoreBackend:
         self.block_size = int(blocks.get("blockSizeBytes", DEFAULT_BLOB_BLOCK_BYTES))
         self.concurrency = int(blocks.get("maxConcurrentBlocks", DEFAULT_CONCURRENT_BLOCKS))
         endpoint = settings.get("endpointUrl") or f"https://{self.account}.blob.core.windows.net"
+        self._block_md5 = not endpoint.lower().startswith("https://")
         key = _account_key(settings, secrets)
         credential = (
             None if key is None else {"account_name": self.account, "account_key": key.reveal()}
@@ -178,6 +181,7 @@ class BlobStoreBackend:
         checksum = b64(digest.digest())
         if not transfer.throttle.acquire(len(data)):
             raise TransferInterruptedError(f"{transfer.relative}: interrupted")
+        # Hashed while the request is in flight (hashlib releases the GIL).
         md5 = self._hasher.submit(hashlib.md5, data, usedforsecurity=False)
         reply = self._call(
             "put",
@@ -186,19 +190,25 @@ class BlobStoreBackend:
             data,
             length=len(data),
             overwrite=True,
-            validate_content=True,
             metadata={self._metadata: checksum},
         )
         transfer.journal.sent(len(data))
         transfer.check_source()
-        # Put Blob answers with the MD5 the service computed over what it stored.
+        # Put Blob answers with the MD5 the service computed over what it stored: compared
+        # with the source's, it proves the content end to end without another request.
         stored = reply.get("content_md5")
-        if stored is not None and bytes(stored) != md5.result().digest():
-            raise VerificationError(
-                f"{self._where(name)}: the stored MD5 {b64(bytes(stored))} differs from the "
-                f"source's {b64(md5.result().digest())}"
-            )
-        self._check_properties(blob, name, transfer.size, checksum)
+        expected = md5.result().digest()
+        try:
+            if stored is None:
+                self._check_properties(blob, name, transfer.size, checksum)
+            elif bytes(stored) != expected:
+                raise VerificationError(
+                    f"{self._where(name)}: the stored MD5 {b64(bytes(stored))} differs from "
+                    f"the source's {b64(expected)}"
+                )
+        except VerificationError:
+            self._delete_written(blob, reply)
+            raise
         return Outcome(0, len(data), {"blob": name, "container": self.container})
 
     # -- staged blocks ---------------------------------------------------------------------
@@ -262,7 +272,7 @@ class BlobStoreBackend:
                 ids[number - 1],
                 data,
                 length=size,
-                validate_content=True,
+                validate_content=self._block_md5,
             )
             part = Part(number, ids[number - 1], digest.digest(), size)
             with lock:
@@ -294,11 +304,7 @@ class BlobStoreBackend:
         try:
             self._verify(transfer, blob, name, ids, parts, kept, checksum)
         except VerificationError:
-            # Never leave a copy known to be wrong in place (only the one just committed).
-            with contextlib.suppress(AzureError):
-                blob.delete_blob(
-                    etag=reply.get("etag"), match_condition=MatchConditions.IfNotModified
-                )
+            self._delete_written(blob, reply)
             raise
         return Outcome(
             resumed,
@@ -310,6 +316,12 @@ class BlobStoreBackend:
                 "blocksResumed": len(kept),
             },
         )
+
+    @staticmethod
+    def _delete_written(blob: BlobClient, reply: Mapping[str, Any]) -> None:
+        """Never leaves a copy known to be wrong in place (only the version just written)."""
+        with contextlib.suppress(AzureError):
+            blob.delete_blob(etag=reply.get("etag"), match_condition=MatchConditions.IfNotModified)
 
     def _block_lists(self, blob: BlobClient, name: str) -> tuple[list[BlobBlock], list[BlobBlock]]:
         try:
