@@ -415,3 +415,32 @@ def test_a_blob_committed_before_a_crash_is_verified_not_sent_again(
         assert delivered["bytesSent"] == len(data)
         assert "alreadyDelivered" not in delivered
     assert blob_bytes(azurite, container, "m.bin") == data
+
+
+@pytest.mark.slow
+def test_https_with_a_private_ca_and_a_certificate_it_does_not_trust(tmp_path, pki):
+    from unskit.egress.backends import open_backend
+    from unskit.errors import DestinationError
+
+    secure = Azurite(tmp_path / "tls", tls=pki).start()
+    try:
+        container = secure.container()
+        data = write_file(tmp_path / "t.bin", 2 * BLOCK + 3)
+        backend = open_backend(secure.destination(container, blocks=BLOCKS), None)
+        try:
+            # Over HTTPS the blocks go without their MD5: TLS already guarantees the bytes.
+            assert backend._block_md5 is False  # type: ignore[attr-defined]
+            outcome = backend.deliver(transfer_of(tmp_path / "t.bin", "t.bin", RecordingJournal()))
+        finally:
+            backend.close()
+        assert outcome.detail["blocks"] == 3
+        assert blob_bytes(secure, container, "t.bin") == data
+        untrusted = secure.destination(container, caPath=str(pki.other_ca))
+        backend = open_backend(untrusted, None)
+        try:
+            with pytest.raises(DestinationError, match="CERTIFICATE_VERIFY_FAILED"):
+                backend.deliver(transfer_of(tmp_path / "t.bin", "t.bin", RecordingJournal()))
+        finally:
+            backend.close()
+    finally:
+        secure.stop()

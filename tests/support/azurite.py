@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.pki import Pki
 from tests.support.servers import free_port, port_open, terminate, wait_until
 
 #: The npm project; scripts/install-node-peers fills its node_modules from the lock file.
@@ -49,10 +50,13 @@ class Azurite:
     folder: Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    #: With a PKI: HTTPS with its server certificate (for 127.0.0.1).
+    tls: Pki | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/{ACCOUNT}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self.port}/{ACCOUNT}"
 
     @property
     def connection_string(self) -> str:
@@ -76,6 +80,11 @@ class Azurite:
                     "--skipApiVersionCheck",
                     "--disableTelemetry",
                     "--silent",
+                    *(
+                        ["--cert", str(self.tls.server_cert), "--key", str(self.tls.server_key)]
+                        if self.tls
+                        else []
+                    ),
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -102,6 +111,7 @@ class Azurite:
             self.url,
             credential={"account_name": ACCOUNT, "account_key": ACCOUNT_KEY},
             retry_total=0,
+            connection_verify=str(self.tls.ca) if self.tls else True,
         )
 
     def container(self) -> str:
@@ -119,5 +129,6 @@ class Azurite:
             "container": container,
             "endpointUrl": self.url,
             "accountKey": ACCOUNT_KEY,
+            **({"caPath": str(self.tls.ca)} if self.tls else {}),
             **settings,
         }

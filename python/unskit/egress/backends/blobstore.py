@@ -140,6 +140,9 @@ class BlobStoreBackend:
                 max_single_put_size=max(self.threshold, 64 * 1024 * 1024),
                 connection_timeout=20,
                 read_timeout=120,
+                # A private CA (Azure Stack Edge, an emulator with its own certificate);
+                # the certificate and host name are always verified.
+                connection_verify=settings.get("caPath", True),
             )
         except (AzureError, ValueError) as exc:
             raise _error("blobstore", self._where(""), exc) from exc
