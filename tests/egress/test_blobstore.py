@@ -444,3 +444,26 @@ def test_https_with_a_private_ca_and_a_certificate_it_does_not_trust(tmp_path, p
             backend.close()
     finally:
         secure.stop()
+
+
+def test_discard_drops_staged_blocks_but_never_a_committed_blob(azurite, container):
+    from unskit.egress.backends import open_backend
+
+    backend = open_backend(azurite.destination(container), None)
+    try:
+        with azurite.service() as service:
+            staged = service.get_blob_client(container, "gone.bin")
+            staged.stage_block("YmxvY2stMQ==", b"x" * 1000)
+            kept = service.get_blob_client(container, "kept.bin")
+            kept.upload_blob(b"committed", overwrite=True)
+            kept.stage_block("YmxvY2stMQ==", b"y" * 1000)
+        backend.discard(PurePosixPath("gone.bin"), "tag")
+        backend.discard(PurePosixPath("kept.bin"), "tag")
+    finally:
+        backend.close()
+    with azurite.service() as service:
+        names = [b.name for b in service.get_container_client(container).list_blobs()]
+    assert names == ["kept.bin"]
+    assert blob_bytes(azurite, container, "kept.bin") == b"committed"
+    with pytest.raises(Exception, match="BlobNotFound"):
+        block_lists(azurite, container, "gone.bin")
