@@ -21,7 +21,7 @@ from tests.support.servers import free_port, wait_until
 from unskit.config.secrets import Secret, SecretRef
 from unskit.egress.verify import Algorithm, b64
 
-# Every test here but the last talks to Azurite.
+# Every test here talks to Azurite.
 pytestmark = pytest.mark.integration
 
 BLOCK = 4 * MIB
@@ -327,49 +327,6 @@ def test_a_plain_connection_string_gives_only_its_key(azurite, container, tmp_pa
     finally:
         backend.close()
     assert blob_bytes(azurite, container, "w.bin") == (tmp_path / "w.bin").read_bytes()
-
-
-def test_configuration_rules_name_the_field(monkeypatch, tmp_path):
-    from unskit.egress import config
-
-    def issues(destination: dict[str, Any]) -> list[tuple[str, str]]:
-        return [
-            (i.path, i.message)
-            for i in config._rules(
-                {
-                    "instances": [
-                        {
-                            "id": "i",
-                            "source": {"path": str(tmp_path / "src")},
-                            "egress": [destination],
-                        }
-                    ]
-                }
-            )
-        ]
-
-    base = {"type": "blobstore", "account": "acct", "container": "box"}
-    assert issues(base) == []
-    both = issues({**base, "accountKey": "k", "connectionString": "AccountKey=k"})
-    assert both == [
-        (
-            "$.component.instances[0].egress[0].connectionString",
-            "give one of accountKey, connectionString, credentials (already accountKey)",
-        )
-    ]
-    assert issues({**base, "connectionString": "AccountName=acct"}) == [
-        ("$.component.instances[0].egress[0].connectionString", "holds no AccountKey=...")
-    ]
-    # Without its SDK the backend is refused at startup with the command that installs it.
-    monkeypatch.setitem(config.EXTRA_BACKENDS, "blobstore", ("azure.not_installed_x", "blobstore"))
-    missing = issues(base)
-    assert missing == [
-        (
-            "$.component.instances[0].egress[0].type",
-            "backend 'blobstore' needs the azure.not_installed_x package: "
-            "pip install 'unskit[blobstore]'",
-        )
-    ]
 
 
 @pytest.mark.parametrize("intact", [True, False])

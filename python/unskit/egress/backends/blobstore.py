@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import threading
 from collections.abc import Mapping
 from pathlib import PurePosixPath
@@ -55,6 +56,7 @@ _log = logging.getLogger(__name__)
 DEFAULT_CONCURRENT_BLOCKS = 4
 #: The service's limit of blocks in one committed blob.
 MAX_BLOCKS = 50_000
+_QUERY = re.compile(r"\?[^\s'\"()]*")
 
 # The SDK logs every request and response at INFO (headers redacted): one line per block
 # would drown the component's log. Quieted unless the operator configured it.
@@ -92,7 +94,9 @@ def _error(action: str, where: str, exc: Exception) -> DestinationError:
         reason = (exc.message or "").strip().splitlines()
         detail = f" {reason[0]}" if reason else ""
         return DestinationError(f"{action} {where}: {_code(exc)} (HTTP {exc.status_code}){detail}")
-    return DestinationError(f"{action} {where}: {type(exc).__name__}: {exc}")
+    # A connection error quotes the request URL, whose query may hold a SAS signature.
+    text = _QUERY.sub("?...", str(exc))
+    return DestinationError(f"{action} {where}: {type(exc).__name__}: {text}")
 
 
 def _account_key(settings: Mapping[str, Any], secrets: SecretResolver | None) -> Secret | None:
