@@ -33,6 +33,7 @@ __all__ = [
     "SourceSpec",
     "component_schema",
     "configuration_issues",
+    "connection_string_key",
     "destination_spec",
     "parse_component",
     "parse_host_key",
@@ -41,7 +42,9 @@ __all__ = [
 TOKEN = "file-egress"
 SCHEMA_FILE = "file-egress.schema.json"
 #: Backends this build delivers with; the others validate but are refused at start.
-BUILT_BACKENDS = frozenset({"local", "objectstore", "sftp", "ftps", "http", "bucketstore"})
+BUILT_BACKENDS = frozenset(
+    {"local", "objectstore", "sftp", "ftps", "http", "bucketstore", "blobstore"}
+)
 DEFAULT_MULTIPART_BYTES = 8 * 1024 * 1024
 DEFAULT_SETTLE_SECONDS = 5.0
 DEFAULT_PROGRESS_INTERVAL_MS = 1000
@@ -49,6 +52,9 @@ DEFAULT_RETENTION_HOURS = 168.0
 #: Files in flight per destination (issue 16): a second file goes while one waits on a
 #: slow server, and two connections stay polite to it.
 DEFAULT_MAX_CONCURRENT_FILES = 2
+#: blobstore: files above thresholdBytes go as staged blocks of blockSizeBytes.
+DEFAULT_BLOB_THRESHOLD_BYTES = 8 * 1024 * 1024
+DEFAULT_BLOB_BLOCK_BYTES = 8 * 1024 * 1024
 
 
 @functools.cache
@@ -226,6 +232,29 @@ def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
                     yield ConfigIssue(
                         f"{at}.multipart.thresholdBytes", "must be at least partSizeBytes"
                     )
+            if kind == "blobstore":
+                yield from _blobstore_rules(destination, at)
+
+
+def _blobstore_rules(destination: Mapping[str, Any], at: str) -> Iterator[ConfigIssue]:
+    given = [k for k in ("accountKey", "connectionString", "credentials") if k in destination]
+    for name in given[1:]:
+        yield ConfigIssue(
+            f"{at}.{name}",
+            f"give one of accountKey, connectionString, credentials (already {given[0]})",
+        )
+    text = destination.get("connectionString")
+    if isinstance(text, str) and not connection_string_key(text):
+        yield ConfigIssue(f"{at}.connectionString", "holds no AccountKey=...")
+
+
+def connection_string_key(text: str) -> str | None:
+    """The AccountKey of an Azure Storage connection string (its only part that is used)."""
+    for item in text.split(";"):
+        name, _, value = item.strip().partition("=")
+        if name.strip().lower() == "accountkey" and value.strip():
+            return value.strip()
+    return None
 
 
 def _http_rules(destination: Mapping[str, Any], at: str) -> Iterator[ConfigIssue]:

@@ -149,6 +149,12 @@ def open_backend(
         except ImportError as exc:
             raise ConfigError([ConfigIssue(f"{path}.type", missing_extra(kind))]) from exc
         return BucketStoreBackend(settings, secrets)
+    if kind == "blobstore":
+        try:
+            from unskit.egress.backends.blobstore import BlobStoreBackend
+        except ImportError as exc:
+            raise ConfigError([ConfigIssue(f"{path}.type", missing_extra(kind))]) from exc
+        return BlobStoreBackend(settings, secrets)
     raise ConfigError([ConfigIssue(f"{path}.type", f"backend {kind!r} is not in this build")])
 
 
@@ -156,6 +162,7 @@ def open_backend(
 EXTRAS: Mapping[str, tuple[str, str]] = {
     "http": ("http", "requests"),
     "bucketstore": ("bucketstore", "requests"),
+    "blobstore": ("blobstore", "azure.storage.blob"),
 }
 
 
