@@ -63,10 +63,6 @@ def issues(doc: dict[str, Any]) -> list[str]:
             "$.component.instances[0].egress[0].kmsKeyId: applies only with sse aws:kms",
         ),
         (
-            document({"type": "blobstore", "account": "a", "container": "c"}),
-            "$.component.instances[0].egress[0].type: backend 'blobstore' is not available",
-        ),
-        (
             document({"type": "http", "url": "ftp://h/x"}),
             "$.component.instances[0].egress[0].url: must be an http:// or https:// URL",
         ),

@@ -23,7 +23,6 @@ from unskit.egress.backends import extra_installed, missing_extra
 from unskit.errors import ConfigError, ConfigIssue
 
 __all__ = [
-    "BUILT_BACKENDS",
     "DEFAULT_MULTIPART_BYTES",
     "TOKEN",
     "DestinationSpec",
@@ -41,10 +40,6 @@ __all__ = [
 
 TOKEN = "file-egress"
 SCHEMA_FILE = "file-egress.schema.json"
-#: Backends this build delivers with; the others validate but are refused at start.
-BUILT_BACKENDS = frozenset(
-    {"local", "objectstore", "sftp", "ftps", "http", "bucketstore", "blobstore"}
-)
 DEFAULT_MULTIPART_BYTES = 8 * 1024 * 1024
 DEFAULT_SETTLE_SECONDS = 5.0
 DEFAULT_PROGRESS_INTERVAL_MS = 1000
@@ -193,13 +188,6 @@ def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
                 yield ConfigIssue(f"{at}.id", f"duplicate egress id {ident!r} in this instance")
             destination_ids.add(ident)
             kind = destination["type"]
-            if kind not in BUILT_BACKENDS:
-                yield ConfigIssue(
-                    f"{at}.type",
-                    f"backend {kind!r} is not available in this build "
-                    f"(available: {', '.join(sorted(BUILT_BACKENDS))})",
-                )
-                continue
             if not extra_installed(kind):
                 yield ConfigIssue(f"{at}.type", missing_extra(kind))
                 continue
