@@ -13,6 +13,7 @@ from unskit.commands import (
     CommandContext,
     ErrorCode,
     Param,
+    ReloadOutcome,
     RequestIdRule,
     Scope,
     Text,
@@ -24,7 +25,7 @@ from unskit.egress.config import TOKEN, component_schema, configuration_issues, 
 from unskit.egress.pipeline import InstancePipeline, Pipeline
 from unskit.egress.records import FileState
 from unskit.egress.state import EgressState
-from unskit.errors import CommandError, ConfigIssue, UnskitError
+from unskit.errors import CommandError, ConfigError, ConfigIssue, UnskitError
 from unskit.runtime.component import Runtime
 
 __all__ = ["FileEgress", "state_path"]
@@ -107,6 +108,29 @@ class FileEgress:
         ):
             inbox.register(verb)
         runtime.set_ready(True)
+
+    def reconfigure(self, config: ComponentConfig) -> ReloadOutcome:
+        """Applies a changed configuration live, per instance (ConfigError rejects it whole
+        and keeps the running one)."""
+        issues = configuration_issues(config)
+        if issues:
+            raise ConfigError(issues)
+        settings = parse_component(config)
+        state = self.state
+        assert state is not None
+        if state_path(config, settings.state_dir) != state.path:
+            raise ConfigError(
+                [
+                    ConfigIssue(
+                        "$.component.global.stateDir",
+                        "applies only at restart: the progress store stays where it is open",
+                    )
+                ]
+            )
+        secrets = config.secrets() if config.credentials is not None else None
+        started, stopped, kept = self._pipeline().reconfigure(settings, secrets)
+        _log.info("instances: started %s, stopped %s, kept %s", started, stopped, kept)
+        return ReloadOutcome(started=started, stopped=stopped, kept=kept)
 
     def _event(
         self, severity: str, event_type: str, context: Mapping[str, Any], instance: str

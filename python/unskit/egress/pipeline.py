@@ -7,8 +7,9 @@ has delivered and verified it. This module composes them and is what the compone
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from unskit.egress.outcomes import DeliveryOutcomes
 from unskit.egress.state import DeliveryState, EgressState
 from unskit.egress.throttle import TokenBucket
 from unskit.egress.worker import DeliveryClaims, DestinationWorker
+from unskit.errors import ConfigError, ConfigIssue, UnskitError
 from unskit.runtime.metrics import MetricsRegistry
 
 __all__ = ["EventSink", "InstancePipeline", "Pipeline", "ProgressSink"]
@@ -118,6 +120,12 @@ class InstancePipeline:
         for worker in self.workers:
             worker.thread.start()
         return self
+
+    def discard(self) -> None:
+        """Releases a pipeline built but never started (a reload that was refused)."""
+        for worker in self.workers:
+            worker.backend.close()
+        self._scanner.close()
 
     def request_stop(self) -> None:
         """Tells every thread to stop; transfers in flight stop at their next chunk."""
@@ -250,25 +258,83 @@ class Pipeline:
     ) -> None:
         self.settings = settings
         self.state = state
-        shared = TokenBucket(settings.bandwidth)
-        self.instances: dict[str, InstancePipeline] = {}
+        self._metrics = metrics
+        self._events = events
+        self._progress = progress
+        self._watch = watch
+        self._shared = TokenBucket(settings.bandwidth)
+        self.instances: dict[str, InstancePipeline] = self._build(settings.instances, secrets)
+
+    def _build(
+        self, specs: Iterable[InstanceSpec], secrets: SecretResolver | None
+    ) -> dict[str, InstancePipeline]:
+        """Builds (does not start) a pipeline per spec; on a failure none is left open."""
+        built: dict[str, InstancePipeline] = {}
         try:
-            for spec in settings.instances:
-                self.instances[spec.id] = InstancePipeline(
+            for spec in specs:
+                built[spec.id] = InstancePipeline(
                     spec,
-                    state,
-                    metrics=metrics,
-                    events=events,
+                    self.state,
+                    metrics=self._metrics,
+                    events=self._events,
                     secrets=secrets,
-                    shared_buckets=(shared,),
-                    progress_interval_s=settings.progress_interval_s,
-                    progress=progress,
-                    watch=watch,
+                    shared_buckets=(self._shared,),
+                    progress_interval_s=self.settings.progress_interval_s,
+                    progress=self._progress,
+                    watch=self._watch,
                 )
         except BaseException:
-            for instance in self.instances.values():
-                instance.stop()
+            for instance in built.values():
+                instance.discard()
             raise
+        return built
+
+    def reconfigure(
+        self, settings: EgressSettings, secrets: SecretResolver | None
+    ) -> tuple[list[str], list[str], list[str]]:
+        """Applies changed settings as one transaction at instance granularity: a changed
+        or added instance (every one when `global` changed) starts on its new settings, a
+        removed one stops, the others keep running and their pause. Every new pipeline is
+        built before anything stops, so a candidate that cannot be built is refused whole
+        (ConfigError) with nothing touched. Transfers stopped keep their progress and
+        resume. Returns (started, stopped, kept) instance ids."""
+        global_changed = dataclasses.replace(settings, instances=()) != dataclasses.replace(
+            self.settings, instances=()
+        )
+        wanted = {spec.id: spec for spec in settings.instances}
+        kept = [
+            i
+            for i, running in self.instances.items()
+            if not global_changed and wanted.get(i) == running.spec
+        ]
+        removed = [i for i in self.instances if i not in wanted]
+        plan = [spec for spec in settings.instances if spec.id not in kept]
+        previous_settings, previous_shared = self.settings, self._shared
+        self.settings = settings
+        if global_changed:
+            self._shared = TokenBucket(settings.bandwidth)
+        try:
+            built = self._build(plan, secrets)
+        except (UnskitError, ValueError, OSError) as error:
+            self.settings, self._shared = previous_settings, previous_shared
+            raise ConfigError(
+                [ConfigIssue("$.component.instances", f"cannot start: {error}")]
+            ) from error
+        except BaseException:
+            self.settings, self._shared = previous_settings, previous_shared
+            raise
+        stopping = [self.instances[i] for i in self.instances if i not in kept]
+        for instance in stopping:
+            instance.request_stop()
+        for instance in stopping:
+            instance.stop()
+        for instance in built.values():
+            instance.start()
+        running = {i: self.instances[i] for i in kept}
+        self.instances = {
+            spec.id: running.get(spec.id) or built[spec.id] for spec in settings.instances
+        }
+        return [spec.id for spec in plan], removed, kept
 
     def instance_ids(self) -> tuple[str, ...]:
         """The configured instance ids, in configuration order."""
