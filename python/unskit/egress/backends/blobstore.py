@@ -19,9 +19,7 @@ import concurrent.futures
 import contextlib
 import hashlib
 import logging
-import os
 import re
-import threading
 from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
@@ -33,6 +31,7 @@ from azure.storage.blob import BlobBlock, BlobClient, BlobServiceClient, Exponen
 from unskit.config.secrets import Secret, SecretResolver
 from unskit.egress.backends import Outcome, Transfer
 from unskit.egress.backends.objectrules import kept_parts, object_key
+from unskit.egress.backends.parts import upload_parts
 from unskit.egress.backends.remote import bundle_fields
 from unskit.egress.config import (
     DEFAULT_BLOB_BLOCK_BYTES,
@@ -255,50 +254,29 @@ class BlobStoreBackend:
         if parts:
             _log.info("%s: resuming with %d of %d blocks already staged", name, len(parts), count)
         todo = [n for n in range(1, count + 1) if n not in parts]
-        lock = threading.Lock()
-        sent = 0
 
-        def stage(number: int) -> None:
-            nonlocal sent
-            if transfer.cancel.is_set():
-                raise TransferInterruptedError(f"{transfer.relative}: interrupted")
-            start = (number - 1) * self.block_size
-            size = min(self.block_size, transfer.size - start)
-            with open(transfer.source, "rb", buffering=0) as source:
-                data = os.pread(source.fileno(), size, start)
-            if len(data) != size:
-                raise SourceChangedError(f"{transfer.relative} shrank while it was sent")
-            digest = new_digest(self.algorithm)
-            digest.update(data)
-            if not transfer.throttle.acquire(size):
-                raise TransferInterruptedError(f"{transfer.relative}: interrupted")
+        def stage(number: int, data: bytes, _checksum: bytes) -> str:
             self._call(
                 f"block {number}",
                 name,
                 blob.stage_block,
                 ids[number - 1],
                 data,
-                length=size,
+                length=len(data),
                 validate_content=self._block_md5,
             )
-            part = Part(number, ids[number - 1], digest.digest(), size)
-            with lock:
-                sent += size
-                parts[number] = part
-                transfer.journal.part(part)
-                transfer.journal.sent(size)
+            return ids[number - 1]
 
-        with concurrent.futures.ThreadPoolExecutor(
-            self.concurrency, thread_name_prefix="egress-block"
-        ) as pool:
-            futures = [pool.submit(stage, n) for n in todo]
-            try:
-                for future in concurrent.futures.as_completed(futures):
-                    future.result()
-            except BaseException:
-                for future in futures:
-                    future.cancel()
-                raise
+        sent = upload_parts(
+            transfer,
+            parts,
+            todo,
+            part_size=self.block_size,
+            algorithm=self.algorithm,
+            concurrency=self.concurrency,
+            thread_prefix="egress-block",
+            put=stage,
+        )
         transfer.check_source()
         checksum = b64(whole.result())
         reply = self._call(

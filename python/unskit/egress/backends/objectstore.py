@@ -9,8 +9,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
-import os
-import threading
 from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
@@ -29,8 +27,8 @@ from unskit.egress.backends.objectrules import (
     kept_parts,
     object_key,
 )
+from unskit.egress.backends.parts import upload_parts
 from unskit.egress.config import DEFAULT_MULTIPART_BYTES
-from unskit.egress.records import Part
 from unskit.egress.verify import Algorithm, b64, composite, md5_hex, multipart_etag, new_digest
 from unskit.errors import (
     DestinationError,
@@ -194,24 +192,8 @@ class ObjectStoreBackend:
                 "%s: resuming upload with %d of %d parts already there", key, len(parts), count
             )
         todo = [n for n in range(1, count + 1) if n not in parts]
-        lock = threading.Lock()
-        sent = 0
 
-        def upload(number: int) -> None:
-            nonlocal sent
-            if transfer.cancel.is_set():
-                raise TransferInterruptedError(f"{transfer.relative}: interrupted")
-            start = (number - 1) * self.part_size
-            size = min(self.part_size, transfer.size - start)
-            with open(transfer.source, "rb", buffering=0) as source:
-                data = os.pread(source.fileno(), size, start)
-            if len(data) != size:
-                raise SourceChangedError(f"{transfer.relative} shrank while it was sent")
-            digest = new_digest(self.algorithm)
-            digest.update(data)
-            checksum = digest.digest()
-            if not transfer.throttle.acquire(size):
-                raise TransferInterruptedError(f"{transfer.relative}: interrupted")
+        def upload(number: int, data: bytes, checksum: bytes) -> str:
             reply = self._call(
                 f"part {number}",
                 "upload_part",
@@ -223,24 +205,18 @@ class ObjectStoreBackend:
                 ChecksumAlgorithm=self.algorithm.value,
                 **{self._checksum_field: b64(checksum)},
             )
-            part = Part(number, str(reply["ETag"]), checksum, size)
-            with lock:
-                sent += size
-                parts[number] = part
-                transfer.journal.part(part)
-                transfer.journal.sent(size)
+            return str(reply["ETag"])
 
-        with concurrent.futures.ThreadPoolExecutor(
-            self.concurrency, thread_name_prefix="egress-part"
-        ) as pool:
-            futures = [pool.submit(upload, n) for n in todo]
-            try:
-                for future in concurrent.futures.as_completed(futures):
-                    future.result()
-            except BaseException:
-                for future in futures:
-                    future.cancel()
-                raise
+        sent = upload_parts(
+            transfer,
+            parts,
+            todo,
+            part_size=self.part_size,
+            algorithm=self.algorithm,
+            concurrency=self.concurrency,
+            thread_prefix="egress-part",
+            put=upload,
+        )
         transfer.check_source()
         ordered = [parts[n] for n in range(1, count + 1)]
         reply = self._call(
