@@ -151,3 +151,53 @@ def test_camera_captures_per_second(benchmark, ratio, broker, tmp_path: Path) ->
         print(f"\n{row}")
     assert off_rate >= TARGET_RATE, rows[0]
     assert p99 < TARGET_P99_MS, rows[2]
+
+
+PTZ_SAMPLES = 200
+
+
+def ptz_round_trip(harness: CameraHarness) -> tuple[float, float]:
+    """p50 and p99 (ms) of sb/ptz continuous then sb/ptz stop, one pair at a time."""
+    component = {"cameras": [sim("cam", ptz={"enabled": True})]}
+    rig = harness.start(component, harness.document(component, logging={"level": "WARNING"}))
+    move = {"operation": "continuous", "velocity": {"pan": 0.01}, "timeoutMs": 10_000}
+    stop = {"operation": "stop", "axes": ["pan"]}
+    samples = []
+    for _ in range(PTZ_SAMPLES):
+        started = time.perf_counter()
+        reply = rig.call("ptz", {**move, "requestId": uuid.uuid4().hex}, "cam")
+        assert reply["stopDeadline"] is not None, reply
+        reply = rig.call("ptz", {**stop, "requestId": uuid.uuid4().hex}, "cam")
+        assert reply["state"] == "COMMANDED", reply
+        samples.append((time.perf_counter() - started) * 1000)
+    assert rig.call("ptz", {"operation": "status"}, "cam")["moving"] is False
+    harness.stop(rig)
+    samples.sort()
+    p50 = samples[len(samples) // 2]
+    p99 = samples[min(len(samples) - 1, round(0.99 * (len(samples) - 1)))]
+    return p50, p99
+
+
+def test_camera_ptz_continuous_then_stop(benchmark, ratio, broker, tmp_path: Path) -> None:
+    results: dict[str, tuple[float, float]] = {}
+
+    def run() -> None:
+        harness = CameraHarness(broker, tmp_path)
+        try:
+            results["ptz"] = ptz_round_trip(harness)
+        finally:
+            harness.close()
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    p50, p99 = results["ptz"]
+    # No anchor exists (issue 20): the row is recorded against itself (ratio 1.00) so that
+    # later changes compare their p50/p99 with these.
+    row = ratio(
+        "camera sim sb/ptz continuous+stop p99 (1/p99 s)",
+        1000 / p99,
+        "none (recorded baseline)",
+        1000 / p99,
+        p50_ms=round(p50, 2),
+        p99_ms=round(p99, 2),
+    )
+    print(f"\n{row}")

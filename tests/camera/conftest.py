@@ -25,7 +25,7 @@ from unskit.runtime.component import Runtime
 
 def sim(instance: str, **connection: Any) -> dict[str, Any]:
     """A sim camera entry (small frames unless the test says otherwise)."""
-    extra = {k: v for k, v in connection.items() if k in ("enabled", "schedules")}
+    extra = {k: v for k, v in connection.items() if k in ("enabled", "schedules", "ptz")}
     conn = {"width": 320, "height": 240, **{k: v for k, v in connection.items() if k not in extra}}
     return {"instance": instance, "backend": "sim", "connection": conn, **extra}
 

@@ -58,6 +58,15 @@ def test_the_example_runs_as_is(
                 image = Path(member["image"]["absolutePath"])
                 assert image.is_relative_to(tmp_path / "state")
                 assert hashlib.sha256(image.read_bytes()).hexdigest() == member["image"]["sha256"]
+            # The PTZ camera moves, and lists its configured presets.
+            ptz = {"requestId": "demo-2", "operation": "absolute", "position": {"pan": 0.5}}
+            assert commands.call("ptz", ptz, instance="yard-ptz", timeout=30)["state"] == (
+                "COMMANDED"
+            )
+            presets = commands.call(
+                "ptz-presets", {"operation": "list"}, instance="yard-ptz", timeout=30
+            )["presets"]
+            assert [p["name"] for p in presets] == ["gate", "dock"]
             wait_until(
                 lambda: any(
                     t.endswith("/line-1-top/app/image/captured")

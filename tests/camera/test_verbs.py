@@ -681,13 +681,14 @@ def test_describe_lists_every_verb_and_the_unbuilt_ones_disabled(rig: Rig) -> No
             kind,
             request_id,
         ), name
-    for name in ("sb/ptz", "sb/ptz-presets", "sb/discover"):
-        assert verbs[name]["enabled"] is False
-        assert verbs[name]["reason"]
+    assert verbs["sb/discover"]["enabled"] is False
     assert "discovery.enabled" in verbs["sb/discover"]["reason"]
     assert rig.error("discover") == "UNSUPPORTED_CAPABILITY"
-    assert rig.error("ptz", {"operation": "status"}, "cam-1") == "UNSUPPORTED_CAPABILITY"
-    assert rig.error("ptz-presets", {"operation": "list"}, "cam-1") == "UNSUPPORTED_CAPABILITY"
+    # PTZ is built; these cameras have no ptz section, so PTZ is off on them.
+    assert verbs["sb/ptz"]["enabled"] is True
+    assert verbs["sb/ptz-presets"]["enabled"] is True
+    assert rig.error("ptz", {"operation": "status"}, "cam-1") == "PTZ_DISABLED"
+    assert rig.error("ptz-presets", {"operation": "list"}, "cam-1") == "PTZ_DISABLED"
 
 
 # -- schedules and events -----------------------------------------------------------------------

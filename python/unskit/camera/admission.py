@@ -166,6 +166,12 @@ class Admission:
                 )
             if session.paused:
                 raise CommandError(ErrorCode.PAUSED, f"camera {request.camera!r} is paused")
+            if session.moving:
+                # A frame taken while the head moves is blurred and shows the wrong scene.
+                raise CommandError(
+                    ErrorCode.CAMERA_MOVING,
+                    f"camera {request.camera!r} is moving (PTZ); capture when it stops",
+                )
             wanted[request.camera] = wanted.get(request.camera, 0) + 1
             capacity = limits.max_queued_captures_per_camera
             queued = len(self._pending.queues[request.camera])

@@ -99,6 +99,15 @@ class Announcer:
             # Diagnostics never delay or fail a capture.
             _log.debug("lifecycle event %s dropped: %s", kind, error)
 
+    def schedule_skipped(self, instance: str, context: dict[str, Any]) -> None:
+        """The schedule-skipped warning event (always on, unlike the lifecycle events)."""
+        if self._alarms is None:
+            return
+        try:
+            self._alarms.emit("warning", "schedule-skipped", context, instance=instance)
+        except UnskitError as error:
+            _log.warning("schedule-skipped event not published: %s", error)
+
     def storage_pressure(self, reason: str | None) -> None:
         """Raises storage-low with `reason`, or clears it when None."""
         if self._alarms is None:

@@ -23,6 +23,7 @@ __all__ = [
     "CatalogRetention",
     "Limits",
     "ProfileSpec",
+    "PtzSpec",
     "ScheduleSpec",
     "StorageSpec",
     "component_schema",
@@ -71,6 +72,22 @@ class ScheduleSpec:
     enabled: bool = True
 
 
+#: The spec's bound on a continuous PTZ move, and the default of ptz.maximumContinuousMoveMs.
+MAX_CONTINUOUS_MOVE_MS = 60_000
+
+
+@dataclass(frozen=True)
+class PtzSpec:
+    """A camera's PTZ gates and bounds (ptz.*): off unless enabled."""
+
+    enabled: bool = False
+    allow_preset_mutation: bool = False
+    maximum_continuous_move_ms: int = MAX_CONTINUOUS_MOVE_MS
+    home: Mapping[str, float] = field(
+        default_factory=lambda: {"pan": 0.0, "tilt": 0.0, "zoom": 0.0}
+    )
+
+
 @dataclass(frozen=True)
 class CameraSpec:
     """One configured camera."""
@@ -81,6 +98,7 @@ class CameraSpec:
     connection: Mapping[str, Any] = field(default_factory=dict)
     default_capture_profile: str = DEFAULT_PROFILE
     schedules: tuple[ScheduleSpec, ...] = ()
+    ptz: PtzSpec = field(default_factory=PtzSpec)
 
 
 @dataclass(frozen=True)
@@ -158,7 +176,17 @@ def _camera(entry: Mapping[str, Any]) -> CameraSpec:
         )
         for item in entry.get("schedules") or ()
     )
+    ptz = entry.get("ptz") or {}
+    home = ptz.get("home") or {}
     return CameraSpec(
+        ptz=PtzSpec(
+            enabled=bool(ptz.get("enabled", False)),
+            allow_preset_mutation=bool(ptz.get("allowPresetMutation", False)),
+            maximum_continuous_move_ms=int(
+                ptz.get("maximumContinuousMoveMs", MAX_CONTINUOUS_MOVE_MS)
+            ),
+            home={axis: float(home.get(axis, 0.0)) for axis in ("pan", "tilt", "zoom")},
+        ),
         instance=entry["instance"],
         backend=entry["backend"],
         enabled=bool(entry.get("enabled", True)),

@@ -1,6 +1,7 @@
 """Schedules: each enabled camera's periodic captures, fired at start + n periods and admitted
 like any other capture (trigger type schedule). Fires missed while one was busy are skipped;
-fires while the camera is paused are held."""
+fires while the camera is paused are held; fires while it moves (PTZ) are skipped with a
+schedule-skipped warning event."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import time
 import uuid
 
 from unskit.camera.admission import Admission
+from unskit.camera.announcements import Announcer
 from unskit.camera.jobs import now_ms, rfc3339
 from unskit.camera.sessions import CameraSession, CameraSessions
+from unskit.commands.codes import ErrorCode
 from unskit.errors import CommandError
 from unskit.runtime.metrics import MetricsRegistry
 
@@ -30,7 +33,9 @@ class Schedules:
         admission: Admission,
         metrics: MetricsRegistry,
         stopping: threading.Event,
+        announcer: Announcer,
     ) -> None:
+        self._announcer = announcer
         self._sessions = sessions
         self._admission = admission
         self._metrics = metrics
@@ -90,5 +95,16 @@ class Schedules:
             )
             self._admission.submit([request])
         except CommandError as error:
+            if error.code == ErrorCode.CAMERA_MOVING.value:
+                self._metrics.counter("schedules", "skipped", {"camera": instance}).inc()
+                self._announcer.schedule_skipped(
+                    instance,
+                    {
+                        "scheduleId": schedule_id,
+                        "intendedFireTime": rfc3339(at),
+                        "reason": "camera-moving",
+                    },
+                )
+                return
             self._metrics.counter("schedules", "refused", {"camera": instance}).inc()
             _log.warning("schedule %s of %s not admitted: %s", schedule_id, instance, error)

@@ -7,7 +7,8 @@ starts their threads and drains them.
 - pipeline: per-camera dispatchers running acquire, encode, persist;
 - outcomes: terminal transitions, committed then announced, deadlines, recovery;
 - announcements: terminal messages, lifecycle events, the storage alarm;
-- queries and queues: what the status and administration verbs read and do.
+- queries and queues: what the status and administration verbs read and do;
+- ptz_stops: the stops armed for continuous PTZ moves (ptz.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from unskit.camera.config import CameraSettings, CameraSpec
 from unskit.camera.outcomes import Outcomes
 from unskit.camera.pending import PendingCaptures
 from unskit.camera.pipeline import CapturePipeline
+from unskit.camera.ptz import PtzStops
 from unskit.camera.queries import CatalogQueries
 from unskit.camera.queues import QueueAdministration
 from unskit.camera.schedules import Schedules
@@ -73,6 +75,7 @@ class CameraService:
         self._threads: list[threading.Thread] = []
         self.pending = PendingCaptures(settings.limits, settings.cameras)
         self.sessions = CameraSessions(settings.cameras.values(), backend, self.pending.lock)
+        self.ptz_stops = PtzStops()
         self.queries = CatalogQueries(self.catalog)
         announcer = Announcer(
             messaging=messaging,
@@ -118,7 +121,9 @@ class CameraService:
             stopping=self._stopping,
             ipc=ipc,
         )
-        self._schedules = Schedules(self.sessions, self.admission, metrics, self._stopping)
+        self._schedules = Schedules(
+            self.sessions, self.admission, metrics, self._stopping, announcer
+        )
 
     def start(self) -> None:
         """Recovers what the previous run left, then starts dispatchers, watchdog, schedules."""
@@ -142,6 +147,7 @@ class CameraService:
         self.outcomes.stop_backlog()
         self.outcomes.abandon(self.pending.wait_idle(DRAIN_WAIT_S))
         self.pending.wake_dispatchers()
+        self.ptz_stops.close()
         self.sessions.close()
         self.catalog.close()
 

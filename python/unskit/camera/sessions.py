@@ -1,7 +1,7 @@
 """Camera sessions: each configured camera at run time (its backend's live session, generation,
 pause flag and last error) and the snapshots sb/list and sb/status report.
 
-Whatever acts on a camera rather than on a capture (pause, reconnect, and PTZ when it comes)
+Whatever acts on a camera rather than on a capture (pause, reconnect, whether it moves)
 lives here, so that admission and the pipeline ask one place about a camera.
 """
 
@@ -46,10 +46,33 @@ class CameraSession:
             return "DISABLED"
         return "ONLINE" if self.last_error is None else "DEGRADED"
 
+    @property
+    def offers_ptz(self) -> bool:
+        """Whether ptz.enabled is on and the backend has a head (the sim always has)."""
+        return self.spec.ptz.enabled and (
+            self.spec.backend == "sim" if self.backend is None else self.backend.ptz is not None
+        )
+
+    @property
+    def moving(self) -> bool:
+        """Whether the camera's PTZ head is moving now (False without PTZ)."""
+        if self.backend is None or self.backend.ptz is None or not self.spec.ptz.enabled:
+            return False
+        return bool(self.backend.ptz.status().moving)
+
     def capabilities(self) -> dict[str, Any]:
-        """The backend's capabilities (a disabled camera's are derived from its backend)."""
+        """The backend's capabilities with the ptz, presets and presetMutation the camera's
+        ptz settings allow (a disabled camera's are derived from its backend)."""
+        capabilities = self._backend_capabilities()
+        ptz = self.offers_ptz
+        capabilities["ptz"] = ptz
+        capabilities["presets"] = ptz
+        capabilities["presetMutation"] = ptz and self.spec.ptz.allow_preset_mutation
+        return capabilities
+
+    def _backend_capabilities(self) -> dict[str, Any]:
         if self.backend is not None:
-            return self.backend.capabilities()
+            return dict(self.backend.capabilities())
         mode = BACKEND_MODES[self.spec.backend]
         return {
             "captureModes": [mode],

@@ -9,6 +9,7 @@ from typing import Any
 from unskit.camera.capture_verbs import CaptureVerbs
 from unskit.camera.jobs import new_id
 from unskit.camera.pages import Pages, snapshot_owner
+from unskit.camera.ptz import PtzVerbs
 from unskit.camera.service import CameraService
 from unskit.commands import (
     CURSOR,
@@ -98,24 +99,7 @@ class CameraVerbs:
             ),
             Verb("pause", self._pause, scope=Scope.INSTANCE, summary="hold new capture work"),
             Verb("resume", self._resume, scope=Scope.INSTANCE, summary="admit capture work again"),
-            Verb(
-                "ptz",
-                self._list,
-                scope=Scope.INSTANCE,
-                request_id=RequestIdRule.CONDITIONAL,
-                request_id_needed=lambda body: body.get("operation") != "status",
-                enabled=False,
-                disabled_reason="pan-tilt-zoom control is not built yet (no backend offers ptz)",
-            ),
-            Verb(
-                "ptz-presets",
-                self._list,
-                scope=Scope.INSTANCE,
-                request_id=RequestIdRule.CONDITIONAL,
-                request_id_needed=lambda body: body.get("operation") != "list",
-                enabled=False,
-                disabled_reason="PTZ presets are not built yet (no backend offers presets)",
-            ),
+            *PtzVerbs(self.service.sessions, self.service.ptz_stops, self._pages).verbs(),
         ]
 
     # -- queue administration ----------------------------------------------------------------

@@ -11,7 +11,10 @@ from urllib.parse import urlsplit, urlunsplit
 from unskit.camera.codec import Frame
 from unskit.config.secrets import SecretResolver
 
-__all__ = ["Acquired", "Backend", "create_backend"]
+__all__ = ["AXES", "Acquired", "Backend", "Preset", "PtzHead", "PtzStatus", "create_backend"]
+
+#: The PTZ axes, in their normalized order.
+AXES = ("pan", "tilt", "zoom")
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,66 @@ class Acquired:
     backend_metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PtzStatus:
+    """Where a PTZ head is: normalized pan, tilt (-1..1) and zoom (0..1), and whether it
+    moves (None where the head cannot tell)."""
+
+    position: Mapping[str, float] | None
+    moving: bool | None
+    available: bool = True
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A preset the camera holds: its camera-issued token and its name (None if unnamed)."""
+
+    token: str
+    name: str | None
+
+
+class PtzHead(Protocol):
+    """A camera's pan-tilt-zoom head, backend-neutral: every value is normalized (pan and
+    tilt -1..1, zoom 0..1, velocities and translations -1..1, speeds 0..1) and an axis
+    missing from a mapping is left alone. Failures raise CommandError."""
+
+    def status(self) -> PtzStatus:
+        """The head's position and motion now."""
+        ...
+
+    def continuous(self, velocity: Mapping[str, float]) -> None:
+        """Starts moving at `velocity` until stopped (the adapter arms the stop)."""
+        ...
+
+    def absolute(self, position: Mapping[str, float], speed: Mapping[str, float]) -> None:
+        """Moves to `position`."""
+        ...
+
+    def relative(self, translation: Mapping[str, float], speed: Mapping[str, float]) -> None:
+        """Moves by `translation`."""
+        ...
+
+    def stop(self, axes: tuple[str, ...]) -> None:
+        """Stops the named axes."""
+        ...
+
+    def presets(self) -> list[Preset]:
+        """The presets the camera holds, in a stable order."""
+        ...
+
+    def goto_preset(self, token: str) -> None:
+        """Moves to a preset; BAD_ARGS for a token the camera does not hold."""
+        ...
+
+    def set_preset(self, name: str) -> str:
+        """Stores the current position as a new preset named `name`; its camera-issued token."""
+        ...
+
+    def remove_preset(self, token: str) -> None:
+        """Forgets a preset; BAD_ARGS for a token the camera does not hold."""
+        ...
+
+
 class Backend(Protocol):
     """A camera's connection."""
 
@@ -34,6 +97,8 @@ class Backend(Protocol):
     name: str
     #: The captureMode its frames are reported with.
     capture_mode: str
+    #: The camera's PTZ head, or None when this backend (or camera) has none.
+    ptz: PtzHead | None
 
     def capabilities(self) -> dict[str, Any]:
         """captureModes, ptz, presets, presetMutation, vendor, model, warnings."""

@@ -15,7 +15,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import cv2
 import numpy as np
 
-from unskit.camera.backends import Acquired, redacted_uri, still_capabilities
+from unskit.camera.backends import Acquired, PtzHead, redacted_uri, still_capabilities
 from unskit.camera.codec import Frame
 from unskit.commands.codes import ErrorCode
 from unskit.config.secrets import SecretRef, SecretResolver, resolve_value
@@ -41,6 +41,7 @@ class RtspBackend:
 
     name = "rtsp-frame"
     capture_mode = "rtsp-frame"
+    ptz: PtzHead | None = None
 
     def __init__(self, connection: Mapping[str, Any], secrets: SecretResolver | None) -> None:
         self.uri = str(connection["uri"])

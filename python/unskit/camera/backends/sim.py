@@ -1,5 +1,7 @@
 """The `sim` backend: synthetic frames of a configured size with a visible counter and
-timestamp drawn into the pixels, a configurable latency and injected failures."""
+timestamp drawn into the pixels, a configurable latency and injected failures, and a
+simulated PTZ head whose position is drawn as a red disc (x from pan, y from tilt, radius
+from zoom)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from typing import Any
 import cv2
 import numpy as np
 
-from unskit.camera.backends import Acquired, still_capabilities
+from unskit.camera.backends import Acquired, PtzHead, still_capabilities
+from unskit.camera.backends.simptz import SimPtzHead
 from unskit.camera.codec import Frame
 from unskit.commands.codes import ErrorCode
 from unskit.errors import CaptureError
@@ -25,6 +28,7 @@ class SimBackend:
 
     name = "sim"
     capture_mode = "simulated"
+    ptz: PtzHead | None
 
     def __init__(self, connection: Mapping[str, Any]) -> None:
         self.width = int(connection.get("width", 1280))
@@ -41,9 +45,12 @@ class SimBackend:
         self._grabs = 0
         self.sessions = 0
         self._background: np.ndarray[Any, np.dtype[np.uint8]] | None = None
+        self.head = SimPtzHead(connection)
+        self.ptz = self.head
 
     def capabilities(self) -> dict[str, Any]:
-        """A sim camera captures simulated frames only; no PTZ."""
+        """Simulated frames; the head is there, but the camera's ptz settings decide
+        whether it is offered (sessions.py)."""
         return still_capabilities("simulated", self.vendor, self.model)
 
     def _open(self) -> np.ndarray[Any, np.dtype[np.uint8]]:
@@ -99,6 +106,7 @@ class SimBackend:
             pixels, stamp, (int(20 * scale), int(110 * scale)),
             cv2.FONT_HERSHEY_SIMPLEX, 0.8 * scale, colour, thickness, cv2.LINE_AA,
         )  # fmt: skip
+        self._draw_head(pixels, scale)
         now_ms = int(now * 1000)
         return Acquired(
             frame=Frame(pixels, self.pixel_format, "raw"),
@@ -106,6 +114,16 @@ class SimBackend:
             frame_received_at_ms=now_ms,
             backend_metadata={"frameCounter": count},
         )
+
+    def _draw_head(self, pixels: np.ndarray[Any, np.dtype[np.uint8]], scale: float) -> None:
+        # Pure red appears nowhere else (the gradient keeps red at 96, the text is white),
+        # so a test finds the disc by colour.
+        position = self.head.position()
+        x = round((position["pan"] + 1) / 2 * (self.width - 1))
+        y = round((1 - position["tilt"]) / 2 * (self.height - 1))
+        radius = max(int(8 * scale * (1 + 2 * position["zoom"])), 2)
+        colour = 0 if self.pixel_format == "mono8" else (0, 0, 255)
+        cv2.circle(pixels, (x, y), radius, colour, -1, cv2.LINE_8)
 
     def reconnect(self) -> None:
         """Forgets the session; the next grab opens a new one."""

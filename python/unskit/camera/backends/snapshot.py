@@ -11,7 +11,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
-from unskit.camera.backends import Acquired, redacted_uri, still_capabilities
+from unskit.camera.backends import Acquired, PtzHead, redacted_uri, still_capabilities
 from unskit.camera.codec import decode_image
 from unskit.commands.codes import ErrorCode
 from unskit.config.secrets import SecretRef, SecretResolver, resolve_value
@@ -29,6 +29,7 @@ class SnapshotBackend:
 
     name = "snapshot-uri"
     capture_mode = "snapshot-uri"
+    ptz: PtzHead | None = None
 
     def __init__(self, connection: Mapping[str, Any], secrets: SecretResolver | None) -> None:
         self.uri = str(connection["uri"])
