@@ -265,3 +265,17 @@ def test_the_reply_filter_is_restored_after_a_broker_restart(own_broker, make_cl
     got = [requester.request(topic, reading(i), timeout_secs=10).get() for i in range(20)]
     assert [m.body for m in got] == [{"value": i} for i in range(20)]
     assert transport.subscribes_sent == restored  # no SUBSCRIBE per request after it
+
+
+def test_a_client_id_unsafe_in_a_topic_gets_working_replies(broker, make_client, topic_root):
+    topic = f"{topic_root}/gw/c/cmd/sb/echo"
+    responder = make_client(broker_config(broker.plain_port))
+    responder.subscribe(
+        topic, lambda _t, m: responder.reply(m, MessageBuilder("e", "1").body(m.body).build())
+    )
+    odd_id = f"odd/{topic_root}+#id"
+    requester = make_client(broker_config(broker.plain_port, client_id=odd_id))
+    wait_until(requester.subscriptions_acknowledged, 10, "the hashed reply filter")
+    wait_until(responder.subscriptions_acknowledged, 10, "the responder")
+    assert requester._local.replies.filter == f"{REPLY_TOPIC_PREFIX}{reply_token(odd_id)}/#"
+    assert requester.request(topic, reading(3), timeout_secs=10).get().body == {"value": 3}
