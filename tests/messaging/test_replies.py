@@ -279,3 +279,25 @@ def test_a_client_id_unsafe_in_a_topic_gets_working_replies(broker, make_client,
     wait_until(responder.subscriptions_acknowledged, 10, "the responder")
     assert requester._local.replies.filter == f"{REPLY_TOPIC_PREFIX}{reply_token(odd_id)}/#"
     assert requester.request(topic, reading(3), timeout_secs=10).get().body == {"value": 3}
+
+
+def test_a_reply_on_one_requests_topic_with_anothers_correlation_id_completes_neither(
+    broker, make_client, topic_root
+):
+    topic = f"{topic_root}/gw/c/cmd/sb/held"
+    responder, received = capturing_responder(make_client, broker.plain_port, topic)
+    requester = make_client(broker_config(broker.plain_port))
+    wait_until(requester.subscriptions_acknowledged, 10, "the reply filter")
+    first, first_request = sent_and_received(requester, received, topic, 0)
+    second, second_request = sent_and_received(requester, received, topic, 0)
+    crossed = MessageBuilder("crossed", "1").body({}).build()
+    crossed.set_correlation_id(first.correlation_id)
+    before = requester.stats().stragglers
+    responder.publish_reserved(second.reply_topic, crossed)
+    wait_until(lambda: requester.stats().stragglers == before + 1, 10, "the straggler count")
+    assert not first.done()
+    assert not second.done()
+    assert responder.reply(second_request, MessageBuilder("ok", "1").body({"n": 2}).build())
+    assert responder.reply(first_request, MessageBuilder("ok", "1").body({"n": 1}).build())
+    assert second.get(10).body == {"n": 2}
+    assert first.get(10).body == {"n": 1}
