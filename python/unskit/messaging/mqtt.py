@@ -294,7 +294,6 @@ class MqttTransport:
             _log.warning("messaging %s: broker refused the connection: %s", self._name, reason)
             return
         with self._lock:
-            self._connected = True
             self._attempt = 0
             # Acknowledgements of the last connection do not carry over, even when the
             # broker kept the session: readiness waits for this connection's SUBACK.
@@ -303,6 +302,9 @@ class MqttTransport:
             filters = list(self._filters.items())
             if filters:
                 self._send_subscribe(client, filters)
+            # Only now: a caller that saw the link up publishes after the restore (the
+            # reply filter among it), so its request's reply has a subscription to land on.
+            self._connected = True
         client.reconnect_delay_set(BACKOFF_BASE_SECS, BACKOFF_MAX_SECS)  # type: ignore[arg-type]
         _log.info(
             "messaging %s: connected (session present: %s, %d filters restored)",
