@@ -80,6 +80,10 @@ class SampleComponent:
         self.reconfigure_entered = threading.Event()
         self.reconfigure_release = threading.Event()
         self.reconfigure_release.set()
+        # Cleared by a test to hold set-point's handler until it is set again.
+        self.set_point_release = threading.Event()
+        self.set_point_release.set()
+        self.set_point_entered = threading.Event()
         self._timers: list[threading.Timer] = []
         self._lock = threading.Lock()
 
@@ -169,6 +173,9 @@ class SampleComponent:
         return {"instance": context.instance, "changed": changed}
 
     def _set_point(self, context: CommandContext) -> Mapping[str, Any]:
+        self.set_point_entered.set()
+        if not self.set_point_release.wait(30):
+            raise TimeoutError("set-point was held for 30 s")
         count = self._count(f"set-point/{context.instance}")
         return {
             "instance": context.instance,

@@ -31,7 +31,7 @@ from unskit.runtime.component import QUEUES_FAMILY
 from unskit.topics import MAX_TOPIC_BYTES, TopicScope
 
 #: What a reply topic the library mints looks like; anything else under lib/reply- is hostile.
-MINTED = re.compile(r"lib/reply-[0-9a-f]{32}-\d+")
+MINTED = re.compile(r"lib/reply-[A-Za-z0-9_.-]{1,64}/[0-9a-f]{12}-\d+")
 #: Raw envelopes the decoder refuses never reach a responder: counted as rejected instead.
 REJECTED = "rejected"
 

@@ -19,7 +19,6 @@ from unskit import Message
 from unskit.config.model import MessagingConfig
 from unskit.messaging import MessagingClient, QoS
 from unskit.messaging.mqtt import MqttTransport
-from unskit.messaging.requests import REPLY_BATCH
 from unskit.runtime.health import ReadinessState
 
 
@@ -74,11 +73,8 @@ def test_ten_thousand_concurrent_requests_leave_nothing_behind(broker, make_clie
     replies = [f.get(120) for f in futures]
     assert [r.body for r in replies] == [{"value": i} for i in range(10_000)]
     assert requester.pending_requests() == 0
-    # What is left: reply topics subscribed ahead and never used, fewer than one batch, and
-    # no timer once the last UNSUBSCRIBE batch is out.
-    ready = set(requester._local.replies.ready)
-    wait_until(lambda: reply_filters(requester) == ready, 5, "the last UNSUBSCRIBE batch")
-    assert len(ready) < REPLY_BATCH
+    # What is left: the one reply filter, and no timer.
+    assert reply_filters(requester) == {requester._local.replies.filter}
     wait_until(lambda: len(requester._timer) == 0, 5, "no timer left")
 
 

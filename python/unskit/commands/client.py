@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import sys
 import uuid
 from collections.abc import Mapping
@@ -23,6 +24,8 @@ __all__ = ["REQUEST_NAME", "CommandClient", "add_call_parser", "call_main", "rep
 
 #: header.name of the request envelopes the client sends.
 REQUEST_NAME = "CommandRequest"
+
+_log = logging.getLogger(__name__)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -86,10 +89,28 @@ class CommandClient:
         body: Mapping[str, Any] | None = None,
         instance: str | None = None,
         timeout: float | None = None,
+        retries: int = 0,
     ) -> dict[str, Any]:
-        """The reply body; `CommandError` on a failure reply, `RequestTimeoutError` when
-        no reply comes in time."""
-        return reply_body(self.send(verb, body, instance, timeout).get())
+        """The reply body; `CommandError` on a failure reply, `RequestTimeoutError` when no
+        reply comes in time to the first request nor to any of its `retries` re-sends."""
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"retries must be a whole number, 0 or more, not {retries!r}")
+        for attempt in range(retries + 1):
+            try:
+                # The same body each time, so the same requestId: the inbox's idempotency
+                # record answers a re-sent mutating verb with the first run's outcome.
+                return reply_body(self.send(verb, body, instance, timeout).get())
+            except RequestTimeoutError as error:
+                if attempt == retries:
+                    raise
+                _log.warning(
+                    "sb/%s: %s; re-sending (retry %d of %d)",
+                    verb.removeprefix("sb/"),
+                    error,
+                    attempt + 1,
+                    retries,
+                )
+        raise AssertionError("unreachable")  # pragma: no cover
 
 
 def call_main(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
@@ -108,7 +129,9 @@ def call_main(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         print(f"unskit call: {error}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        reply = client.call(args.verb, body, instance=args.instance, timeout=args.timeout)
+        reply = client.call(
+            args.verb, body, instance=args.instance, timeout=args.timeout, retries=args.retries
+        )
     except RequestTimeoutError as error:
         print(f"unskit call: {error}", file=sys.stderr)
         return EXIT_TIMEOUT
@@ -156,6 +179,16 @@ def _connect(args: argparse.Namespace) -> CommandClient:
     return CommandClient.for_scope(messaging, config.topics)
 
 
+def _retries(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--retries takes a whole number, not {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"--retries must be 0 or more, not {value}")
+    return value
+
+
 def add_call_parser(commands: Any) -> None:
     """Adds `call` to the `unskit` command line."""
     parser = commands.add_parser(
@@ -171,6 +204,14 @@ def add_call_parser(commands: Any) -> None:
     parser.add_argument("--instance", metavar="ID", help="address this instance")
     parser.add_argument("--broker", metavar="HOST:PORT", help="use this broker")
     parser.add_argument("--timeout", type=float, default=30.0, metavar="S", help="seconds")
+    parser.add_argument(
+        "--retries",
+        type=_retries,
+        default=0,
+        metavar="N",
+        help="re-send a request that timed out up to N times, with the same body (so the "
+        "same requestId); safe for read-only verbs and for mutating verbs given a requestId",
+    )
     parser.add_argument("--connect-timeout", type=float, default=CONNECT_TIMEOUT_S, metavar="S")
     parser.add_argument("--pretty", action="store_true", help="indent the JSON")
     parser.set_defaults(run=call_main)

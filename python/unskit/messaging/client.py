@@ -254,7 +254,7 @@ class MessagingClient:
 
     def subscriptions_acknowledged(self) -> bool:
         """Whether the local link is up and the broker acknowledged every subscription made
-        with `subscribe` since it came up (reply subscriptions aside)."""
+        with `subscribe` since it came up, the reply filter ``lib/reply-{token}/#`` included."""
         return self._local.subscriptions_acknowledged()
 
     def publish_status(self, northbound: bool = False) -> PublishStatus:

@@ -38,6 +38,8 @@ class LinkStats:
 
     received: int = 0
     rejected: int = 0
+    #: Replies dropped: late (their request settled), for no request at all, or carrying
+    #: another request's correlation id.
     stragglers: int = 0
     published: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
@@ -71,7 +73,9 @@ class Link:
         self._matching: dict[str, list[Subscription]] = {}
         self.pending: dict[str, RequestFuture] = {}
         self._deadlines: dict[str, int] = {}
-        self.replies = ReplyTopics(transport, self.subscribe_qos, timer)
+        self.replies = ReplyTopics(
+            transport, self.subscribe_qos, timer, client_id=config.client_id if config else None
+        )
         self._link_changed = threading.Condition()
         self.stats = LinkStats()
         # While not None, non-reply messages wait here in arrival order for `release`.
@@ -89,6 +93,8 @@ class Link:
         if hold:
             self._held = []
         self.transport.start(self.on_message, self._on_link)
+        # Before readiness: the reply filter is one of the subscriptions it waits for.
+        self.replies.open()
         if self.forwarder is not None:
             self.forwarder.start()
 
@@ -111,9 +117,10 @@ class Link:
         return count
 
     def subscriptions_acknowledged(self) -> bool:
-        """Whether the broker acknowledged every subscription on this connection."""
+        """Whether the broker acknowledged every subscription on this connection, the
+        reply filter included."""
         with self._lock:
-            filters = list(self.subscriptions)
+            filters = [*self.subscriptions, self.replies.filter]
         return self.transport.acknowledged(filters)
 
     def _hold(self, topic: str, payload: bytes | bytearray) -> bool:
@@ -352,7 +359,6 @@ class Link:
         except BaseException as error:
             self.settle(future, error=error)
             raise
-        self.replies.maintain()
         return future
 
     def close(self, timeout: float) -> None:

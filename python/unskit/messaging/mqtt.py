@@ -79,6 +79,7 @@ class MqttTransport:
         self._closed = False
         self._dropped_qos0 = 0
         self._refused = 0
+        self._subscribes_sent = 0
         self._client: paho.Client | None = None
         self._on_message: MessageCallback | None = None
         self._on_link: LinkCallback | None = None
@@ -234,6 +235,11 @@ class MqttTransport:
         with self._lock:
             return self._connected and self._acknowledged.issuperset(topic_filters)
 
+    @property
+    def subscribes_sent(self) -> int:
+        """SUBSCRIBE packets sent since start (restores after reconnects included)."""
+        return self._subscribes_sent
+
     def publish_backlog(self) -> int:
         """QoS 1/2 publishes the broker has not acknowledged yet, queued ones included."""
         client = self._client
@@ -288,7 +294,6 @@ class MqttTransport:
             _log.warning("messaging %s: broker refused the connection: %s", self._name, reason)
             return
         with self._lock:
-            self._connected = True
             self._attempt = 0
             # Acknowledgements of the last connection do not carry over, even when the
             # broker kept the session: readiness waits for this connection's SUBACK.
@@ -297,6 +302,9 @@ class MqttTransport:
             filters = list(self._filters.items())
             if filters:
                 self._send_subscribe(client, filters)
+            # Only now: a caller that saw the link up publishes after the restore (the
+            # reply filter among it), so its request's reply has a subscription to land on.
+            self._connected = True
         client.reconnect_delay_set(BACKOFF_BASE_SECS, BACKOFF_MAX_SECS)  # type: ignore[arg-type]
         _log.info(
             "messaging %s: connected (session present: %s, %d filters restored)",
@@ -346,6 +354,7 @@ class MqttTransport:
         # Called with the lock held.
         rc, mid = client.subscribe([(f, int(q)) for f, q in filters])
         if rc == MQTTErrorCode.MQTT_ERR_SUCCESS and mid is not None:
+            self._subscribes_sent += 1
             self._awaiting_suback[mid] = [f for f, _ in filters]
         # Otherwise the link is going down; the next connect subscribes them again.
 

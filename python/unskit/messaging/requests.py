@@ -1,4 +1,4 @@
-"""Request futures, the reply subscriptions behind them, and the one timer thread that arms
+"""Request futures, the reply subscription behind them, and the one timer thread that arms
 every request deadline."""
 
 from __future__ import annotations
@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import hashlib
 import heapq
 import itertools
 import logging
+import re
 import threading
 import time
 import uuid
@@ -27,18 +29,21 @@ __all__ = [
     "DeadlineTimer",
     "ReplyTopics",
     "RequestFuture",
+    "reply_token",
     "request_deadline_ms",
 ]
 
 _log = logging.getLogger(__name__)
 
-# Reply topics subscribed per SUBSCRIBE, and settled ones removed per UNSUBSCRIBE.
+# Settled caller-chosen reply topics removed per UNSUBSCRIBE.
 REPLY_BATCH = 16
 #: The tag a request carries its sender's deadline in (epoch milliseconds), so a responder
 #: that receives it late (held by the broker while it was down) knows whether anyone waits.
 DEADLINE_TAG = "lib-deadline-ms"
-# How long a settled request's reply subscription may wait for its UNSUBSCRIBE batch.
+# How long a settled chosen reply topic's subscription may wait for its UNSUBSCRIBE batch.
 REPLY_LINGER_SECS = 0.05
+# A client id usable as it is as the reply filter's topic level.
+_SAFE_TOKEN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 class RequestFuture:
@@ -175,12 +180,12 @@ class DeadlineTimer:
 
 
 class ReplyTopics:
-    """The ephemeral reply subscriptions of one link, subscribed ahead and removed in
-    batches: a SUBSCRIBE and an UNSUBSCRIBE per `REPLY_BATCH` requests instead of one of each
-    per request. Each topic still serves exactly one request.
+    """The reply topics of one link: one subscription, `lib/reply-{token}/#`, made when the
+    link starts and restored with the other filters after every reconnect; each request
+    gets a fresh topic under it, so a request costs no SUBSCRIBE or UNSUBSCRIBE.
 
-    The batches are sent from `maintain`, which the requester calls once its request is on
-    the wire, so that work overlaps the round trip instead of lengthening it."""
+    A reply topic the caller chose outside that filter is subscribed for its request alone
+    and unsubscribed in batches once settled."""
 
     def __init__(
         self,
@@ -188,6 +193,7 @@ class ReplyTopics:
         qos: QoS,
         timer: DeadlineTimer,
         *,
+        client_id: str | None = None,
         batch: int = REPLY_BATCH,
         linger_secs: float = REPLY_LINGER_SECS,
     ) -> None:
@@ -197,44 +203,42 @@ class ReplyTopics:
         self._batch = batch
         self._linger_secs = linger_secs
         self._lock = threading.Lock()
-        self._ready: list[str] = []
         self._settled: list[str] = []
         self._flush_handle: int | None = None
-        # A random stem per link and a counter: unique topics without a uuid4 each.
-        self._stem = f"{REPLY_TOPIC_PREFIX}{uuid.uuid4().hex}-"
+        self._opened = False
+        #: The one reply filter of this link.
+        self.filter = f"{REPLY_TOPIC_PREFIX}{reply_token(client_id)}/#"
+        # A random stem per link and a counter: unique topics without a uuid4 each, and a
+        # previous run's late reply (same client id, same filter) never lands on a topic
+        # this run uses.
+        self._stem = f"{self.filter[:-1]}{uuid.uuid4().hex[:12]}-"
         self._serial = itertools.count()
 
-    @property
-    def ready(self) -> list[str]:
-        """Subscribed reply topics no request has used yet (a copy)."""
+    def open(self) -> None:
+        """Subscribes the reply filter (once; the transport restores it on reconnect)."""
         with self._lock:
-            return list(self._ready)
+            if self._opened:
+                return
+            self._transport.subscribe([self.filter], self._qos)
+            self._opened = True
+
+    def owns(self, topic: str) -> bool:
+        """Whether `topic` lies under this link's reply filter."""
+        return topic.startswith(self.filter[:-1])
 
     def take(self) -> str:
-        """A fresh reply topic whose subscription was sent before this returns."""
-        with self._lock:
-            if not self._ready:  # only when requests outrun `maintain`
-                self._refill()
-            return self._ready.pop()
-
-    def maintain(self) -> None:
-        """Subscribes the next batch once this one is used up, and unsubscribes a full batch
-        of settled topics."""
-        with self._lock:
-            if not self._ready:
-                self._refill()
-            full = len(self._settled) >= self._batch
-        if full:
-            self.flush()
-
-    def _refill(self) -> None:
-        # Called with the lock held.
-        fresh = [f"{self._stem}{next(self._serial)}" for _ in range(self._batch)]
-        self._transport.subscribe(fresh, self._qos)
-        self._ready = fresh
+        """A fresh reply topic under the reply filter."""
+        if not self._opened:
+            self.open()
+        return f"{self._stem}{next(self._serial)}"
 
     def adopt(self, topic: str) -> None:
-        """Subscribes a reply topic the caller chose, unless its subscription is still live."""
+        """Subscribes a reply topic the caller chose, unless the reply filter covers it or
+        its own subscription is still live."""
+        if self.owns(topic):
+            if not self._opened:
+                self.open()
+            return
         # Under the lock: a flush must not send its UNSUBSCRIBE after this SUBSCRIBE.
         with self._lock:
             if topic in self._settled:  # reused before its UNSUBSCRIBE went out
@@ -243,15 +247,20 @@ class ReplyTopics:
             self._transport.subscribe([topic], self._qos)
 
     def release(self, topic: str) -> None:
-        """The request on `topic` settled: its subscription goes with the next batch, at the
-        latest after the linger."""
+        """The request on `topic` settled: a chosen topic's own subscription goes with the
+        next batch, at the latest after the linger; a topic under the filter costs nothing."""
+        if self.owns(topic):
+            return
         with self._lock:
             self._settled.append(topic)
-            if self._flush_handle is None:
+            full = len(self._settled) >= self._batch
+            if not full and self._flush_handle is None:
                 self._flush_handle = self._timer.call_later(self._linger_secs, self.flush)
+        if full:
+            self.flush()
 
     def flush(self) -> None:
-        """Unsubscribes every settled reply topic now, in one UNSUBSCRIBE."""
+        """Unsubscribes every settled chosen reply topic now, in one UNSUBSCRIBE."""
         with self._lock:
             settled, self._settled = self._settled, []
             handle, self._flush_handle = self._flush_handle, None
@@ -263,11 +272,24 @@ class ReplyTopics:
             self._timer.cancel(handle)
 
     def close(self) -> None:
-        """Unsubscribes the unused and the settled reply topics, before the link closes."""
+        """Unsubscribes the reply filter and the settled chosen topics, before the link
+        closes."""
         with self._lock:
-            self._settled.extend(self._ready)
-            self._ready = []
+            if self._opened:
+                self._settled.append(self.filter)
+                self._opened = False
         self.flush()
+
+
+def reply_token(client_id: str | None) -> str:
+    """The topic level naming a client's reply filter: the client id when it is made of
+    ``[A-Za-z0-9_.-]`` (at most 64), else ``h`` and 24 hex digits of its SHA-256; random
+    without a client id."""
+    if client_id is None:
+        return f"r{uuid.uuid4().hex[:24]}"
+    if _SAFE_TOKEN.fullmatch(client_id):
+        return client_id
+    return "h" + hashlib.sha256(client_id.encode()).hexdigest()[:24]
 
 
 def request_deadline_ms(request: Message) -> int | None:
