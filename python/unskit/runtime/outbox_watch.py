@@ -11,12 +11,12 @@ cleared at the first check that finds none and the outbox at most `CLEAR_FILL` f
 from __future__ import annotations
 
 import logging
-import threading
 
 from unskit.errors import UnskitError
 from unskit.messaging.client import MessagingClient, OutboxStatus
 from unskit.runtime.events import Events, Severity
 from unskit.runtime.metrics import MetricsRegistry
+from unskit.runtime.periodic import PeriodicWatch
 
 __all__ = ["CHECK_INTERVAL_S", "CLEAR_FILL", "OUTBOX_OVERFLOW", "OutboxWatch"]
 
@@ -30,8 +30,10 @@ CLEAR_FILL = 0.9
 _DIMENSIONS = {"link": "northbound"}
 
 
-class OutboxWatch:
+class OutboxWatch(PeriodicWatch):
     """Samples the outbox into metrics and raises or clears the overflow alarm."""
+
+    thread_name = "unskit-outbox-watch"
 
     def __init__(
         self,
@@ -41,40 +43,17 @@ class OutboxWatch:
         *,
         interval_s: float = CHECK_INTERVAL_S,
     ) -> None:
+        super().__init__(interval_s)
         self._messaging = messaging
         self._events = events
         self._metrics = metrics
-        self._interval_s = interval_s
         self._last = self._status()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        #: Checks completed so far (a test waits on it rather than on the clock).
-        self.checks = 0
 
     def _status(self) -> OutboxStatus:
         status = self._messaging.outbox_status()
         if status is None:
             raise UnskitError("the northbound link has no outbox (storeAndForward)")
         return status
-
-    def start(self) -> OutboxWatch:
-        """Starts the checks on a daemon thread."""
-        self._thread = threading.Thread(target=self._run, name="unskit-outbox-watch", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stops checking; the alarm stays as it is."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            try:
-                self.check()
-            except Exception:  # the watch must outlive a bug in one check
-                _log.exception("outbox watch: check failed")
 
     def check(self) -> None:
         """One sample: metrics, then the alarm."""

@@ -16,13 +16,13 @@ client's queue with the rest) and logged at once, since a subscriber sees it onl
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 from unskit.errors import UnskitError
 from unskit.messaging.client import MessagingClient, PublishStatus
 from unskit.runtime.events import Events, Severity
+from unskit.runtime.periodic import PeriodicWatch
 
 __all__ = [
     "BACKLOG_DEGRADED",
@@ -43,8 +43,10 @@ BACKLOG_RECOVERED = 1_000
 CHECK_INTERVAL_S = 1.0
 
 
-class PublishWatch:
+class PublishWatch(PeriodicWatch):
     """Checks the links' publishing every interval and raises or clears the alarm."""
+
+    thread_name = "unskit-publish-watch"
 
     def __init__(
         self,
@@ -54,40 +56,18 @@ class PublishWatch:
         *,
         interval_s: float = CHECK_INTERVAL_S,
     ) -> None:
+        super().__init__(interval_s)
         self._messaging = messaging
         self._events = events
         self._links = tuple(links)
-        self._interval_s = interval_s
         # Losses counted before the watch started are not its to report.
         self._failures = {name: self._status(name).failures for name in self._links}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        #: Checks completed so far (a test waits on it rather than on the clock).
-        self.checks = 0
-
-    def start(self) -> PublishWatch:
-        """Starts the checks on a daemon thread."""
-        self._thread = threading.Thread(target=self._run, name="unskit-publish-watch", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stops checking; the alarm stays as it is."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            try:
-                self._check()
-            except Exception:  # the watch must outlive a bug in one check
-                _log.exception("publish watch: check failed")
 
     def _status(self, name: str) -> PublishStatus:
         return self._messaging.publish_status(northbound=name == "northbound")
 
-    def _check(self) -> None:
+    def check(self) -> None:
+        """One check of every link: raise, clear or leave the alarm."""
         report: dict[str, dict[str, Any]] = {}
         degraded = False
         recovered = True
