@@ -30,6 +30,17 @@ factory.set_launch(
     " ! rtph264pay name=pay0 pt=96 config-interval=1 )"
 )
 server.get_mount_points().add_factory("/cam", factory)
+# A stream that froze: the encoder keeps sending (timestamps advance) one picture, losslessly,
+# so every decoded frame is the same pixels (what a hung sensor behind a live encoder gives).
+frozen = GstRtspServer.RTSPMediaFactory.new()
+frozen.set_shared(True)
+frozen.set_launch(
+    "( videotestsrc pattern=ball num-buffers=1 ! video/x-raw,width=320,height=240,framerate=10/1"
+    " ! imagefreeze is-live=true ! video/x-raw,framerate=10/1 ! videoconvert"
+    " ! x264enc tune=zerolatency speed-preset=ultrafast key-int-max=10 pass=quant quantizer=0"
+    " ! rtph264pay name=pay0 pt=96 config-interval=1 )"
+)
+server.get_mount_points().add_factory("/frozen", frozen)
 server.attach(None)
 GLib.MainLoop().run()
 """
@@ -74,11 +85,17 @@ def rig(harness: CameraHarness, rtsp_url: str) -> Rig:
             "cameras": [
                 {"instance": "stream", "backend": "rtsp-frame", "connection": {"uri": rtsp_url}},
                 {
+                    "instance": "frozen",
+                    "backend": "rtsp-frame",
+                    "connection": {"uri": rtsp_url.replace("/cam", "/frozen")},
+                },
+                {
                     "instance": "nowhere",
                     "backend": "rtsp-frame",
                     "connection": {"uri": f"rtsp://127.0.0.1:{free_port()}/cam"},
                 },
-            ]
+            ],
+            "captureProfiles": {"strict": {"freshness": "require"}},
         }
     )
 
@@ -106,3 +123,44 @@ def test_an_unreachable_stream_fails_before_its_timeout(rig: Rig) -> None:
     assert body["failure"]["code"] == "BACKEND_ERROR"
     assert body["failure"]["stage"] == "acquisition"
     assert body["durationsMs"]["total"] < 10_000
+
+
+def test_a_live_stream_is_fresh_by_its_presentation_timestamps(rig: Rig) -> None:
+    first = rig.call(
+        "capture", {"requestId": "l1", "captureProfile": "strict", "timeoutMs": 20_000}, "stream"
+    )
+    second = rig.call("capture", {"requestId": "l2", "captureProfile": "strict"}, "stream")
+    assert "image" in second
+    fresh = second["freshness"]
+    assert fresh["policy"] == "require"
+    assert (fresh["verdict"], fresh["method"]) == ("fresh", "presentation-timestamp")
+    evidence = fresh["evidence"]
+    assert evidence["previousCaptureId"] == first["captureId"]
+    assert evidence["presentationTimestampMs"] > evidence["previousPresentationTimestampMs"]
+    assert evidence["identicalToPrevious"] is False
+
+
+def test_a_frozen_stream_fails_as_stale_not_as_a_new_image(rig: Rig) -> None:
+    first = rig.call(
+        "capture", {"requestId": "f1", "captureProfile": "strict", "timeoutMs": 20_000}, "frozen"
+    )
+    # Nothing to compare with yet: the first frame of a camera is not judged stale.
+    assert "image" in first
+    assert first["freshness"]["verdict"] in ("unknown", "fresh")
+    second = rig.call("capture", {"requestId": "f2", "captureProfile": "strict"}, "frozen")
+    assert "image" not in second
+    assert second["failure"]["code"] == "STALE_FRAME"
+    fresh = second["freshness"]
+    assert (fresh["verdict"], fresh["method"]) == ("stale", "content-hash")
+    evidence = fresh["evidence"]
+    # The transport moved on (new timestamps), the picture did not.
+    assert evidence["presentationTimestampMs"] > evidence["previousPresentationTimestampMs"]
+    assert evidence["identicalToPrevious"] is True
+    assert evidence["contentSha256"] == first["freshness"]["evidence"]["contentSha256"]
+    topic, _ = rig.announced(second["captureId"])
+    assert topic.endswith("/app/image/failed")
+    # Under warn the same frame is stored, and says it is stale.
+    third = rig.call("capture", {"requestId": "f3"}, "frozen")
+    assert "image" in third
+    assert third["freshness"]["policy"] == "warn"
+    assert third["freshness"]["verdict"] == "stale"

@@ -108,6 +108,7 @@ class Outcomes:
             image=image,
             failure=failure,
             marks=capture.marks,
+            freshness=capture.freshness,
         )
         if state is JobState.CANCELLED:
             job.error_code = ErrorCode.CAPTURE_CANCELLED.value

@@ -45,6 +45,8 @@ class PendingCapture:
     waiters: list[Reply] = field(default_factory=list)
     marks: dict[str, int] = field(default_factory=dict)
     thumbnail: Thumbnail | None = None
+    #: The body's `freshness` object, once the frame was judged.
+    freshness: Mapping[str, Any] | None = None
 
 
 @dataclass

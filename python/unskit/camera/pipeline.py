@@ -25,6 +25,7 @@ from unskit.camera.sessions import CameraSession
 from unskit.camera.storage import Storage
 from unskit.commands.codes import ErrorCode
 from unskit.errors import CaptureError
+from unskit.runtime.metrics import MetricsRegistry
 
 __all__ = ["CapturePipeline"]
 
@@ -43,9 +44,11 @@ class CapturePipeline:
         catalog: Catalog,
         storage: Storage,
         announcer: Announcer,
+        metrics: MetricsRegistry,
         stopping: threading.Event,
         ipc: bool,
     ) -> None:
+        self._metrics = metrics
         self._settings = settings
         self._pending = pending
         self._outcomes = outcomes
@@ -107,12 +110,34 @@ class CapturePipeline:
             return
         session.record_success()
         capture.marks["acquired"] = now_ms()
+        if not self._fresh(session, capture, acquired):
+            return
         if not self._advance(capture, JobState.ENCODING):
             return
         data = self._encode(capture, acquired)
         if data is None or not self._advance(capture, JobState.PERSISTING):
             return
         self._persist(session, capture, acquired, data)
+
+    def _fresh(self, session: CameraSession, capture: PendingCapture, acquired: Acquired) -> bool:
+        """Judges the frame's freshness; False when the capture failed as STALE_FRAME."""
+        profile = self._settings.profiles[capture.job.profile]
+        judgement = session.freshness.judge(capture.job.capture_id, acquired, profile.freshness)
+        capture.freshness = judgement.body
+        if not judgement.stale:
+            return True
+        self._metrics.counter("captures", "staleFrames", {"camera": session.instance}).inc()
+        method = judgement.body["method"]
+        previous = judgement.body["evidence"].get("previousCaptureId")
+        message = f"the frame is provably {previous}'s again (by {method})"
+        if profile.freshness != "require":
+            _log.warning("capture %s: %s; profile %s only warns", capture.job.capture_id,
+                         message, profile.name)  # fmt: skip
+            return True
+        self._outcomes.fail(
+            capture, CaptureError(ErrorCode.STALE_FRAME, "acquisition", message), acquired
+        )
+        return False
 
     def _encode(self, capture: PendingCapture, acquired: Acquired) -> bytes | None:
         """The image to store (and the thumbnail), or None when the capture failed."""
@@ -142,7 +167,9 @@ class CapturePipeline:
         job = capture.job
         meta = None
         if self._settings.storage.sidecar:
-            meta = sidecar(job, capture.marks, acquired, data, session.camera_block())
+            meta = sidecar(
+                job, capture.marks, acquired, data, session.camera_block(), capture.freshness
+            )
         try:
             staged = self._storage.stage(
                 job.camera, job.capture_id, data, "jpg", meta, job.accepted_ms

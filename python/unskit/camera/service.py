@@ -118,6 +118,7 @@ class CameraService:
             catalog=self.catalog,
             storage=self.storage,
             announcer=announcer,
+            metrics=metrics,
             stopping=self._stopping,
             ipc=ipc,
         )

@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from unskit.camera.backends import Backend
-from unskit.camera.config import BACKEND_MODES, CameraSpec
+from unskit.camera.config import CameraSpec, capture_mode
+from unskit.camera.freshness import FreshnessMemory
 from unskit.camera.jobs import now_ms, rfc3339
 from unskit.commands.codes import ErrorCode
 from unskit.errors import CommandError
@@ -33,6 +34,8 @@ class CameraSession:
         self.connected_ms: int | None = now_ms() if backend is not None else None
         self.last_error: str | None = None
         self.updated_ms = now_ms()
+        #: The previous capture's frame, that the next one is judged fresh against.
+        self.freshness = FreshnessMemory()
 
     @property
     def instance(self) -> str:
@@ -73,7 +76,7 @@ class CameraSession:
     def _backend_capabilities(self) -> dict[str, Any]:
         if self.backend is not None:
             return dict(self.backend.capabilities())
-        mode = BACKEND_MODES[self.spec.backend]
+        mode = capture_mode(self.spec)
         return {
             "captureModes": [mode],
             "ptz": False,
