@@ -44,6 +44,7 @@ class CameraAdapter:
             events=runtime.events,
             secrets=runtime.config.secrets() if runtime.config.credentials is not None else None,
             ipc=runtime.config.messaging.ipc,
+            publish_watch=runtime.publish_watch,
         )
         self.service = service
         service.start()

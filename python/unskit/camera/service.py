@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from unskit.camera.admission import Admission
-from unskit.camera.announcements import Announcer
+from unskit.camera.announcements import Announcer, StorageWatch
 from unskit.camera.backends import Backend, create_backend
 from unskit.camera.catalog import Catalog
 from unskit.camera.config import CameraSettings, CameraSpec
@@ -36,6 +36,7 @@ from unskit.envelope import EnvelopeStamp
 from unskit.messaging import MessagingClient
 from unskit.runtime.events import Events
 from unskit.runtime.metrics import MetricsRegistry
+from unskit.runtime.publish_watch import PublishWatch
 from unskit.topics import TopicScope
 
 __all__ = ["CameraService"]
@@ -58,6 +59,7 @@ class CameraService:
         events: Events | None,
         secrets: SecretResolver | None = None,
         ipc: bool = False,
+        publish_watch: PublishWatch | None = None,
     ) -> None:
         self.settings = settings
         self.storage = Storage(settings.storage)
@@ -84,7 +86,13 @@ class CameraService:
             metrics=metrics,
             events=events,
             lifecycle=settings.capture_lifecycle_events,
+            max_queued_events=settings.max_queued_events,
+            publish_watch=publish_watch,
         )
+        self._storage_watch = StorageWatch(
+            self.storage, announcer, settings.storage.check_interval_ms / 1000
+        )
+        self.announcer = announcer
         self.outcomes = Outcomes(
             catalog=self.catalog,
             storage=self.storage,
@@ -133,6 +141,7 @@ class CameraService:
             if session.spec.enabled:
                 self._spawn(f"camera-{session.instance}", self._pipeline.dispatch, session)
         self._spawn("camera-deadlines", self.outcomes.watch_deadlines, self._stopping)
+        self._storage_watch.start()
         if self._schedules.configured:
             self._spawn("camera-schedules", self._schedules.run)
 
@@ -145,10 +154,12 @@ class CameraService:
         """Fails the backlog with COMPONENT_STOPPING and lets in-flight captures finish."""
         # What still runs after DRAIN_WAIT_S becomes INTERRUPTED at the next start.
         self._stopping.set()
+        self._storage_watch.stop()
         self.outcomes.stop_backlog()
         self.outcomes.abandon(self.pending.wait_idle(DRAIN_WAIT_S))
         self.pending.wake_dispatchers()
         self.ptz_stops.close()
+        self.announcer.close()
         self.sessions.close()
         self.catalog.close()
 
