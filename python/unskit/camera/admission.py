@@ -74,6 +74,11 @@ class Admission:
         self._announcer = announcer
         self._stopping = stopping
 
+    def reconfigure(self, settings: CameraSettings) -> None:
+        """New requests follow `settings` (profiles, timeouts, limits)."""
+        self._settings = settings
+        self._limits = settings.limits
+
     # -- requests -----------------------------------------------------------------------------
 
     def profile(self, session: CameraSession, name: str | None) -> ProfileSpec:
@@ -147,6 +152,7 @@ class Admission:
                     job,
                     frame_bytes(self._sessions.get(job.camera)),
                     started + job.timeout_ms / 1000,
+                    profile=self._settings.profiles.get(job.profile),
                 )
                 for job in jobs
             ]

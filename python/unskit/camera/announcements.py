@@ -112,6 +112,7 @@ class Announcer:
             if lifecycle and events is not None
             else None
         )
+        self._lifecycle_settings = (lifecycle, max_queued_events)
         self._alarms = events
 
     def terminal(self, job: Job, thumb: Thumbnail | None) -> None:
@@ -175,6 +176,18 @@ class Announcer:
             **extra,
         }
         self._lifecycle.offer(severity, kind, context, job.camera)
+
+    def reconfigure(self, lifecycle: bool, max_queued_events: int) -> None:
+        """Turns lifecycle events on or off, or rebounds their queue (a reload)."""
+        if (lifecycle, max_queued_events) == self._lifecycle_settings:
+            return
+        self.close()
+        self._lifecycle_settings = (lifecycle, max_queued_events)
+        self._lifecycle = (
+            LifecycleQueue(self._alarms, max_queued_events, self._metrics)
+            if lifecycle and self._alarms is not None
+            else None
+        )
 
     def close(self, timeout_s: float = 1.0) -> None:
         """Stops the lifecycle publisher after what it holds (bounded by `timeout_s`)."""

@@ -17,7 +17,7 @@ from unskit.camera.backends import Acquired
 from unskit.camera.bodies import sidecar
 from unskit.camera.catalog import Catalog
 from unskit.camera.codec import encode_jpeg, thumbnail
-from unskit.camera.config import CameraSettings
+from unskit.camera.config import CameraSettings, ProfileSpec
 from unskit.camera.jobs import NON_TERMINAL, STAGES, JobState, now_ms
 from unskit.camera.outcomes import Outcomes
 from unskit.camera.pending import PendingCapture, PendingCaptures
@@ -69,11 +69,17 @@ class CapturePipeline:
             if capture.done:
                 continue
             remaining = capture.deadline - time.monotonic()
-            if not self._slots.acquire(timeout=max(remaining, 0.0)):
+            # A reload may replace the semaphore: the slot goes back where it was taken.
+            slots = self._slots
+            if not slots.acquire(timeout=max(remaining, 0.0)):
                 continue  # the deadline watchdog fails it
             try:
+                # A reload restarting this camera waits for the capture in hand, and
+                # the next one waits for the restarted camera.
+                session.ready.wait(max(capture.deadline - time.monotonic(), 0.0))
                 if self._pending.hold_budget(capture, self._stopping):
-                    self._process(session, capture)
+                    with session.in_use:
+                        self._process(session, capture)
             except Exception:
                 _log.exception("capture %s failed unexpectedly", capture.job.capture_id)
                 self._outcomes.fail(
@@ -85,7 +91,7 @@ class CapturePipeline:
                     ),
                 )
             finally:
-                self._slots.release()
+                slots.release()
 
     def _advance(self, capture: PendingCapture, to: JobState) -> bool:
         with capture.lock:
@@ -119,9 +125,21 @@ class CapturePipeline:
             return
         self._persist(session, capture, acquired, data)
 
+    def reconfigure(self, settings: CameraSettings) -> None:
+        """New captures follow `settings` (profiles, limits, storage); captures in flight
+        finish as they began."""
+        if settings.limits.max_concurrent_captures != self._settings.limits.max_concurrent_captures:
+            self._slots = threading.BoundedSemaphore(settings.limits.max_concurrent_captures)
+        self._settings = settings
+
+    def _profile(self, capture: PendingCapture) -> ProfileSpec:
+        if capture.profile is not None:
+            return capture.profile
+        return self._settings.profiles[capture.job.profile]
+
     def _fresh(self, session: CameraSession, capture: PendingCapture, acquired: Acquired) -> bool:
         """Judges the frame's freshness; False when the capture failed as STALE_FRAME."""
-        profile = self._settings.profiles[capture.job.profile]
+        profile = self._profile(capture)
         judgement = session.freshness.judge(capture.job.capture_id, acquired, profile.freshness)
         capture.freshness = judgement.body
         if not judgement.stale:
@@ -141,7 +159,7 @@ class CapturePipeline:
 
     def _encode(self, capture: PendingCapture, acquired: Acquired) -> bytes | None:
         """The image to store (and the thumbnail), or None when the capture failed."""
-        profile = self._settings.profiles[capture.job.profile]
+        profile = self._profile(capture)
         try:
             if acquired.encoded is not None and profile.store_as_received:
                 data = acquired.encoded
