@@ -26,7 +26,8 @@ def rid() -> str:
 
 def base() -> dict[str, Any]:
     return {
-        "cameras": [sim("a"), sim("b"), sim("c", latencyMs=800)],
+        # c is slow: a reload lands while its first capture is in hand.
+        "cameras": [sim("a"), sim("b"), sim("c", latencyMs=1500)],
         "captureProfiles": {"hq": {"quality": 95}},
     }
 
@@ -88,6 +89,9 @@ def check_removed(rig: Rig) -> None:
 
 
 def check_narrowed(rig: Rig) -> None:
+    # The pause flag is the operator's: a restart keeps it.
+    assert rig.call("status", instance="b")["paused"] is True
+    rig.call("resume", instance="b")
     body = rig.call("capture", {"requestId": rid()}, "b")
     assert body["frame"]["width"] == 160
     assert rig.call("status", instance="b")["generation"] == 2
@@ -138,6 +142,7 @@ def test_reload_table(
     sections: list[str],
     check: Callable[[Rig], None],
 ) -> None:
+    rig.call("pause", instance="b")
     reply = rig.reload(changed(rig, change))
     expected: dict[str, Any] = {"started": started, "stopped": stopped, "kept": kept, "skipped": []}
     if sections:
@@ -282,7 +287,9 @@ def test_an_invalid_candidate_is_rejected_whole(
     assert rig.seen.on(applied) == []
 
 
-def test_verbs_answer_device_unavailable_while_a_reload_drains(rig: Rig) -> None:
+def test_verbs_answer_device_unavailable_while_a_reload_drains(harness: CameraHarness) -> None:
+    # The reload waits for c's capture in hand: seconds in which every verb is refused.
+    rig = harness.start({"cameras": [sim("a"), sim("c", latencyMs=4000)]})
     ids = [rig.call("capture-submit", {"requestId": rid()}, "c")["captureId"]]
     wait_until(lambda: rig.status(ids[0])["state"] == "ACQUIRING", 10, "in flight")
     replies: list[dict[str, Any]] = []
