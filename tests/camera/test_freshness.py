@@ -5,6 +5,7 @@ test_rtsp.py and test_snapshot.py)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -61,6 +62,9 @@ def test_a_software_trigger_then_a_frame_read_with_its_latency(rig: Rig) -> None
         assert fresh["evidence"]["frameTriggerId"] == trigger
         assert fresh["evidence"]["triggerToFrameMs"] == body["backendMetadata"]["triggerToFrameMs"]
     assert second["freshness"]["evidence"]["previousCaptureId"] == first["captureId"]
+    # The sidecar beside the image carries the same evidence.
+    sidecar = rig.output / second["image"]["metadataSidecarRelativePath"]
+    assert json.loads(sidecar.read_text())["freshness"] == second["freshness"]
     assert second["freshness"]["evidence"]["identicalToPrevious"] is False
     status = rig.call("status", instance="trig")
     assert status["capabilities"]["captureModes"] == ["software-trigger"]
