@@ -312,3 +312,24 @@ def test_verbs_answer_device_unavailable_while_a_reload_drains(harness: CameraHa
     assert replies
     assert replies[0]["started"] == ["c"]
     assert rig.terminal(ids[0])["state"] == "SUCCEEDED"
+
+
+@pytest.mark.slow
+def test_a_capture_in_hand_past_the_restart_wait_fails_device_unavailable(
+    harness: CameraHarness,
+) -> None:
+    rig = harness.start({"cameras": [sim("a"), sim("stuck", latencyMs=30_000)]})
+    capture_id = rig.call("capture-submit", {"requestId": rid(), "timeoutMs": 60_000}, "stuck")[
+        "captureId"
+    ]
+    wait_until(lambda: rig.status(capture_id)["state"] == "ACQUIRING", 10, "in flight")
+    document = copy.deepcopy(rig.document)
+    camera(document, "stuck")["connection"]["latencyMs"] = 0
+    # The reload waits RESTART_WAIT_S (5 s) for the capture in hand, then fails it.
+    assert rig.reload(document)["started"] == ["stuck"]
+    job = rig.terminal(capture_id)
+    assert job["state"] == "FAILED"
+    assert job["errorCode"] == "DEVICE_UNAVAILABLE"
+    assert job["result"]["failure"]["stage"] == "acquisition"
+    # The restarted camera captures at once.
+    assert "image" in rig.call("capture", {"requestId": rid()}, "stuck")

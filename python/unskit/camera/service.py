@@ -25,7 +25,7 @@ from unskit.camera.announcements import Announcer, StorageWatch
 from unskit.camera.backends import Backend, create_backend
 from unskit.camera.catalog import Catalog
 from unskit.camera.config import CameraSettings, CameraSpec, capture_mode
-from unskit.camera.jobs import BACKLOG, IN_FLIGHT
+from unskit.camera.jobs import BACKLOG, IN_FLIGHT, STAGES
 from unskit.camera.outcomes import Outcomes
 from unskit.camera.pending import DispatchQueue, PendingCaptures
 from unskit.camera.pipeline import CapturePipeline
@@ -297,7 +297,7 @@ class CameraService:
     def _fail(self, instance: str, states: Any, code: ErrorCode, message: str) -> None:
         for capture in self.pending.in_states(states, instance):
             capture.abandon.set()
-            stage = "queue" if capture.job.state in BACKLOG else "acquisition"
+            stage = STAGES.get(capture.job.state, "queue")
             self.outcomes.fail(capture, CaptureError(code, stage, message, retriable=True))
 
     def _restart(self, spec: CameraSpec, backend: Backend | None) -> None:
