@@ -49,8 +49,9 @@ class NatsNode:
         return self.folder / "nats.log"
 
     def healthy(self) -> bool:
-        """JetStream is up on this node (the MQTT listener needs it)."""
-        url = f"http://127.0.0.1:{self.http_port}/healthz?js-enabled-only=true"
+        """JetStream is up on this node and its cluster has a meta leader (MQTT sessions are
+        streams replicated on three nodes: one made before that would live on one node)."""
+        url = f"http://127.0.0.1:{self.http_port}/healthz"
         try:
             with urllib.request.urlopen(url, timeout=2) as answer:
                 return bool(answer.status == 200)
@@ -85,7 +86,7 @@ listen: 127.0.0.1:{node.client_port}
 http: 127.0.0.1:{node.http_port}
 jetstream {{ store_dir: "{node.folder / "js"}" }}
 cluster {{ name: unskit-test, listen: 127.0.0.1:{node.cluster_port}, routes: [{routes}] }}
-mqtt {{ listen: 127.0.0.1:{node.mqtt_port} }}
+mqtt {{ listen: 127.0.0.1:{node.mqtt_port}, stream_replicas: 3 }}
 """
         )
         return config
