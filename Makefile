@@ -78,6 +78,7 @@ fuzz:
 system-deps:
 	scripts/install-system-deps
 	scripts/install-node-peers
+	scripts/install-go-peers
 
 venv: $(VENV)/bin/maturin
 

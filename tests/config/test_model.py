@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from pathlib import Path
 from types import MappingProxyType
 
@@ -504,3 +505,105 @@ def test_identity_values_and_tags_are_read_only_mappings() -> None:
 def test_equal_documents_give_equal_configs() -> None:
     assert _config(patched({})) == _config(patched({}))
     assert _config(patched({})) != _config(patched({"tags": {"owner": "other"}}))
+
+
+def _endpoints(endpoints: object, **local: object) -> dict:
+    return patched(
+        {"messaging": {"local": {"host": DELETE, "port": DELETE, "endpoints": endpoints, **local}}}
+    )
+
+
+def test_an_endpoint_list_gives_the_first_broker_and_the_failover_order() -> None:
+    document = _endpoints(
+        ["mqtt://n1.local:1884", "mqtt://n2.local", "mqtt://[::1]:1885"], failoverGraceSeconds=4
+    )
+    local = _config(document).messaging.local
+    assert local is not None
+    assert (local.host, local.port) == ("n1.local", 1884)
+    assert local.failover == (("n2.local", 1883), ("::1", 1885))
+    assert local.addresses[0] == ("n1.local", 1884)
+    assert local.failover_grace_seconds == 4
+
+
+def test_tls_endpoints_default_to_8883() -> None:
+    document = _endpoints(
+        ["mqtts://n1.local", "mqtts://n2.local:9883"], credentials={"caPath": "/etc/ca.pem"}
+    )
+    local = _config(document).messaging.local
+    assert local is not None
+    assert local.addresses == (("n1.local", 8883), ("n2.local", 9883))
+    assert local.tls
+
+
+def test_one_host_has_no_failover() -> None:
+    local = _config(MINIMAL).messaging.local
+    assert local is not None
+    assert local.failover == ()
+    assert local.addresses == (("broker.local", 1883),)
+
+
+@pytest.mark.parametrize(
+    ("endpoints", "local", "path", "message"),
+    [
+        ([], {}, "$.messaging.local.endpoints", "must not be empty"),
+        (["n1.local:1883"], {}, "$.messaging.local.endpoints[0]", "mqtt://"),
+        (["mqtt://n1.local:0"], {}, "$.messaging.local.endpoints[0]", ">= 1"),
+        (["mqtt://n1.local/x"], {}, "$.messaging.local.endpoints[0]", "no path"),
+        (["mqtt://:1883"], {}, "$.messaging.local.endpoints[0]", "no host"),
+        (
+            ["mqtt://n1.local", "mqtt://N1.local:1883"],
+            {},
+            r"$.messaging.local.endpoints[1]",
+            r"repeats endpoints\[0\]",
+        ),
+        (
+            ["mqtts://n1.local", "mqtt://n2.local"],
+            {"credentials": {"caPath": "/etc/ca.pem"}},
+            "$.messaging.local.endpoints",
+            "mixes mqtt:// and mqtts://",
+        ),
+        (["mqtts://n1.local"], {}, "$.messaging.local.endpoints[0]", "needs credentials.caPath"),
+        (
+            ["mqtt://n1.local"],
+            {"credentials": {"caPath": "/etc/ca.pem"}},
+            "$.messaging.local.endpoints[0]",
+            "use mqtts://",
+        ),
+        (["mqtt://n1.local"], {"host": "n0.local"}, "$.messaging.local", "not both"),
+        (
+            ["mqtt://n1.local"],
+            {"failoverGraceSeconds": -1},
+            "$.messaging.local.failoverGraceSeconds",
+            ">= 0",
+        ),
+    ],
+    ids=[
+        "empty",
+        "no-scheme",
+        "port-0",
+        "path",
+        "no-host",
+        "duplicate",
+        "mixed-tls",
+        "tls-without-ca",
+        "plaintext-with-ca",
+        "host-and-endpoints",
+        "negative-grace",
+    ],
+)
+def test_a_bad_endpoint_list_is_refused_with_its_path(
+    endpoints: object, local: dict, path: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        _config(_endpoints(endpoints, **local))
+    issues = [(issue.path, issue.message) for issue in refused.value.issues]
+    assert any(p.startswith(path) and re.search(message, m) for p, m in issues), issues
+
+
+def test_the_northbound_broker_takes_an_endpoint_list_too() -> None:
+    document = patched(
+        {"messaging": {"northbound": {"endpoints": ["mqtt://c1.local", "mqtt://c2.local"]}}}
+    )
+    northbound = _config(document).messaging.northbound
+    assert northbound is not None
+    assert northbound.addresses == (("c1.local", 1883), ("c2.local", 1883))

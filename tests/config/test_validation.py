@@ -73,8 +73,8 @@ BAD: list[tuple[str, Any, Platform, str, tuple[str, ...]]] = [
         "host-missing",
         patched({"messaging": {"local": {"host": DELETE}}}),
         Platform.HOST,
-        "$.messaging.local.host",
-        ("is required",),
+        "$.messaging.local",
+        ("needs a broker address", '"host" or "endpoints"'),
     ),
     (
         "request-timeout-negative",
@@ -137,7 +137,7 @@ BAD: list[tuple[str, Any, Platform, str, tuple[str, ...]]] = [
         patched({"messaging": {"northbound": {"port": 8883}}}),
         Platform.HOST,
         "$.messaging.northbound",
-        ('"host" or "endpoint"',),
+        ("needs a broker address", '"endpoints"'),
     ),
     (
         "northbound-host-and-endpoint",

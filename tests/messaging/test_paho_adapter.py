@@ -21,6 +21,7 @@ from unskit.messaging.paho_adapter import (
     PAHO_PRIVATE_NAMES,
     READ_CHUNK_BYTES,
     BufferedClient,
+    retarget,
     unacknowledged,
 )
 
@@ -133,6 +134,36 @@ def test_private_out_messages__holds_qos1_publishes_until_their_puback(wired):
     broker.sendall(bytes([0x40, 2, info.mid >> 8, info.mid & 0xFF]))  # its PUBACK
     assert client.loop_read() == MQTTErrorCode.MQTT_ERR_SUCCESS
     assert unacknowledged(client) == 0
+
+
+def _reconnect_dials_the_retargeted_address() -> None:
+    """connect_async to a port nobody listens on, retarget, reconnect: the listener is dialed."""
+    with socket.create_server(("127.0.0.1", 0)) as listener, socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))  # bound, never listening: nothing answers there
+        client = paho.Client(CallbackAPIVersion.VERSION2)
+        client.connect_async("127.0.0.2", unused.getsockname()[1])
+        assert (client.host, client.port) == ("127.0.0.2", unused.getsockname()[1])
+        retarget(client, "127.0.0.1", listener.getsockname()[1])
+        assert (client.host, client.port) == ("127.0.0.1", listener.getsockname()[1])
+        listener.settimeout(10)
+        try:
+            client.reconnect()
+            accepted, _ = listener.accept()
+            accepted.close()
+        finally:
+            client._sock_close()
+
+
+@pytest.mark.integration
+def test_private_host__is_the_host_reconnect_dials():
+    assert "self._host" in inspect.getsource(paho.Client._create_socket_connection)
+    _reconnect_dials_the_retargeted_address()
+
+
+@pytest.mark.integration
+def test_private_port__is_the_port_reconnect_dials():
+    assert "self._port" in inspect.getsource(paho.Client._create_socket_connection)
+    _reconnect_dials_the_retargeted_address()
 
 
 def test_loop_read_is_the_read_entry_point_of_paho_s_own_loop():

@@ -253,6 +253,12 @@ class Recorder:
     def publish_failures(self) -> int:
         return 0
 
+    endpoint = "nowhere:1883"
+    failovers = 0
+
+    def within_failover_grace(self) -> bool:
+        return False
+
     def close(self, timeout: float) -> None:
         self.calls.append(("close", None))
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 
+import paho.mqtt.client as mqtt
 import pytest
 
 from tests.messaging.conftest import broker_config
@@ -119,3 +121,67 @@ def test_unreachable_broker_is_a_clear_error(topic_root):
     )
     assert result.returncode != 0
     assert "cannot connect" in result.stderr
+
+
+def _session_present(port: int, client_id: str) -> bool:
+    """Connects as `client_id` without a clean session and reports the CONNACK's flag."""
+    answered = threading.Event()
+    present: list[bool] = []
+
+    def on_connect(_c: object, _u: object, flags: mqtt.ConnectFlags, *_rest: object) -> None:
+        present.append(bool(flags.session_present))
+        answered.set()
+
+    client = mqtt.Client(
+        mqtt.CallbackAPIVersion.VERSION2,
+        client_id=client_id,
+        clean_session=False,
+        protocol=mqtt.MQTTv311,
+    )
+    client.on_connect = on_connect
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    try:
+        assert answered.wait(10), "no CONNACK"
+        subscribed = client.subscribe(f"forget-test/{client_id}/#", qos=1)
+        assert subscribed[0] == mqtt.MQTT_ERR_SUCCESS
+    finally:
+        client.disconnect()
+        client.loop_stop()
+    return present[0]
+
+
+def test_session_forget_drops_a_persistent_session(broker):
+    client_id = "gw-decommissioned-1"
+    _session_present(broker.plain_port, client_id)  # leaves a persistent session behind
+    assert _session_present(broker.plain_port, client_id), "the broker kept no session"
+    forget = subprocess.run(
+        [
+            *UNSKIT,
+            "session",
+            "forget",
+            "--client-id",
+            client_id,
+            "--broker",
+            f"127.0.0.1:{broker.plain_port}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert forget.returncode == 0, forget.stderr
+    assert client_id in forget.stdout
+    assert not _session_present(broker.plain_port, client_id)
+
+
+def test_session_forget_needs_a_client_id(broker):
+    forget = subprocess.run(
+        [*UNSKIT, "session", "forget", "--broker", f"127.0.0.1:{broker.plain_port}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert forget.returncode == 2
+    assert "--client-id" in forget.stderr

@@ -89,6 +89,10 @@ def test_status_signals_and_read(start_adapter) -> None:
     )
     whole = adapter.client.call("status")
     assert [entry["instance"] for entry in whole["instances"]] == ["press-1", "press-2"]
+    # The link's broker is in it, for a failover list to be followed.
+    assert whole["messaging"]["local"]["connected"] is True
+    assert whole["messaging"]["local"]["endpoint"].startswith("127.0.0.1:")
+    assert whole["messaging"]["local"]["failovers"] == 0
     one = adapter.client.call("status", instance="press-2")
     assert one["adapter"] == "sim"
     assert one["endpoint"] == "sim://press-2"

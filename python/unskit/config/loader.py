@@ -245,12 +245,14 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def apply_broker_override(document: dict[str, Any], broker: str) -> dict[str, Any]:
-    """`--broker HOST:PORT` or `--broker embedded[:PORT]` replaces messaging.local's address."""
+    """`--broker HOST:PORT` or `--broker embedded[:PORT]` replaces messaging.local's address
+    (or its endpoints list)."""
     host, _, port_text = broker.rpartition(":") if ":" in broker else (broker, "", "")
     if not host:
         raise ConfigError([ConfigIssue("--broker", "expects HOST:PORT or embedded[:PORT]")])
     messaging = dict(document.get("messaging") or {})
     local = dict(messaging.get("local") or {})
+    local.pop("endpoints", None)  # the one broker given replaces a failover list too
     local["host"] = host
     if port_text:
         if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:

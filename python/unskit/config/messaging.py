@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,12 +28,53 @@ from unskit.config.values import (
 __all__ = [
     "BrokerConfig",
     "BrokerCredentials",
+    "BrokerEndpoint",
     "MessagingConfig",
     "OverflowPolicy",
     "QosConfig",
     "StoreAndForwardConfig",
     "messaging_from_section",
+    "parse_endpoint",
 ]
+
+#: Readiness's default patience with a failover between listed endpoints.
+DEFAULT_FAILOVER_GRACE_SECONDS = 10.0
+_SCHEMES = {"mqtt": False, "mqtts": True}
+
+
+@dataclass(frozen=True)
+class BrokerEndpoint:
+    """One broker address of an ``endpoints`` list: host, port and whether it is TLS."""
+
+    host: str
+    port: int
+    tls: bool
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def parse_endpoint(text: str) -> BrokerEndpoint:
+    """``mqtt://host[:port]`` or ``mqtts://host[:port]``; ValueError says what is wrong."""
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in _SCHEMES:
+        raise ValueError(f"{text!r}: the scheme must be mqtt:// or mqtts://")
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
+        raise ValueError(f"{text!r}: only a host and a port, no path, query or user")
+    try:
+        port = parts.port
+    except ValueError as error:
+        raise ValueError(f"{text!r}: {error}") from None
+    if not parts.hostname:
+        raise ValueError(f"{text!r}: no host")
+    tls = _SCHEMES[parts.scheme]
+    if port is None:
+        port = DEFAULT_MQTT_TLS_PORT if tls else DEFAULT_MQTT_PORT
+    if port == 0:
+        raise ValueError(f"{text!r}: the port must be >= 1")
+    return BrokerEndpoint(parts.hostname, port, tls)
+
 
 _log = logging.getLogger(__name__)
 
@@ -102,6 +144,15 @@ class BrokerConfig:
     #: MQTT keepalive: a broker silent for about this long (or up to twice it) is taken as
     #: gone and the client reconnects.
     keepalive_seconds: int = DEFAULT_KEEPALIVE_SECONDS
+    #: Further brokers after (host, port), tried in turn when the link is lost.
+    failover: tuple[tuple[str, int], ...] = ()
+    #: With a failover list, readiness stays up this long after the link drops.
+    failover_grace_seconds: float = DEFAULT_FAILOVER_GRACE_SECONDS
+
+    @property
+    def addresses(self) -> tuple[tuple[str, int], ...]:
+        """Every broker to try, in order: (host, port) first, then the failover list."""
+        return ((self.host, self.port), *self.failover)
 
     @property
     def embedded(self) -> bool:
@@ -190,9 +241,21 @@ def _broker(block: Mapping[str, Any], role: str, thing: str, token: str) -> Brok
         )
     qos = block.get("qos", {})
     tls = credentials.ca_path is not None
+    # The rules refused a list that mixes schemes or disagrees with caPath.
+    endpoints = [parse_endpoint(text) for text in block.get("endpoints", ())]
+    addresses = [(e.host, e.port) for e in endpoints] or [
+        (
+            block.get("host") or block["endpoint"],
+            block.get("port", DEFAULT_MQTT_TLS_PORT if tls else DEFAULT_MQTT_PORT),
+        )
+    ]
     return BrokerConfig(
-        host=block.get("host") or block["endpoint"],
-        port=block.get("port", DEFAULT_MQTT_TLS_PORT if tls else DEFAULT_MQTT_PORT),
+        host=addresses[0][0],
+        port=addresses[0][1],
+        failover=tuple(addresses[1:]),
+        failover_grace_seconds=float(
+            block.get("failoverGraceSeconds", DEFAULT_FAILOVER_GRACE_SECONDS)
+        ),
         client_id=block.get("clientId", f"{thing}-{token}"),
         qos=QosConfig(publish=qos.get("publish", 1), subscribe=qos.get("subscribe", 1)),
         credentials=credentials,

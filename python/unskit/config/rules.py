@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from unskit.config._paths import json_path
+from unskit.config.messaging import parse_endpoint
 from unskit.config.platform import Platform
 from unskit.config.secrets import FIELD_KEY, SECRET_KEY, find_secret_refs, secret_objects
 from unskit.config.values import (
@@ -156,6 +157,10 @@ def messaging_issues(
             json_path(("messaging", "local", "port")),
             'must be >= 1: port 0 (any free port) is allowed only with "host": "embedded"',
         )
+    for role in ("local", "northbound"):
+        block = section.get(role)
+        if isinstance(block, Mapping) and isinstance(block.get("endpoints"), list):
+            yield from _endpoint_issues(block, role)
     northbound = section.get("northbound")
     if isinstance(northbound, Mapping):
         if EMBEDDED_HOST in (northbound.get("host"), northbound.get("endpoint")):
@@ -165,6 +170,41 @@ def messaging_issues(
             )
         if northbound.get("port") == 0:
             yield ConfigIssue(json_path(("messaging", "northbound", "port")), "must be >= 1")
+
+
+def _endpoint_issues(block: Mapping[str, Any], role: str) -> Iterator[ConfigIssue]:
+    """An endpoint list: each a valid URL, none twice, one scheme for all, and that scheme
+    agreeing with credentials.caPath (TLS is never half on, nor silently off)."""
+    seen: dict[tuple[str, int], int] = {}
+    schemes: set[bool] = set()
+    has_ca = isinstance(block.get("credentials"), Mapping) and "caPath" in block["credentials"]
+    for index, text in enumerate(block["endpoints"]):
+        path = json_path(("messaging", role, "endpoints", index))
+        if not isinstance(text, str):
+            continue  # the schema names it
+        try:
+            endpoint = parse_endpoint(text)
+        except ValueError as error:
+            yield ConfigIssue(path, str(error))
+            continue
+        if endpoint.host == EMBEDDED_HOST:
+            yield ConfigIssue(path, 'the embedded broker is "host": "embedded", not a list')
+        address = (endpoint.host.lower(), endpoint.port)
+        if address in seen:
+            yield ConfigIssue(path, f"repeats endpoints[{seen[address]}] ({endpoint})")
+        seen.setdefault(address, index)
+        schemes.add(endpoint.tls)
+        if endpoint.tls and not has_ca:
+            yield ConfigIssue(path, "mqtts:// needs credentials.caPath to verify the broker")
+        elif not endpoint.tls and has_ca:
+            yield ConfigIssue(
+                path, "mqtt:// is plaintext, but credentials.caPath asks for TLS: use mqtts://"
+            )
+    if len(schemes) > 1:
+        yield ConfigIssue(
+            json_path(("messaging", role, "endpoints")),
+            "mixes mqtt:// and mqtts://: a failover must not change the link's security",
+        )
 
 
 def health_issues(health: object) -> Iterator[ConfigIssue]:

@@ -248,6 +248,25 @@ class MessagingClient:
         """The local link only: it backs readiness, and a northbound outage never changes it."""
         return self._local.transport.is_connected()
 
+    def within_failover_grace(self) -> bool:
+        """The local link is down, but for less than its failover grace period (only with a
+        broker list): readiness holds through a failover."""
+        return self._local.transport.within_failover_grace()
+
+    @property
+    def has_northbound(self) -> bool:
+        """Whether a northbound broker is configured."""
+        return self._northbound is not None
+
+    def link_status(self, northbound: bool = False) -> dict[str, Any]:
+        """JSON-ready facts of the local (or northbound) link for sb/status."""
+        transport = (self._require_northbound() if northbound else self._local).transport
+        return {
+            "connected": transport.is_connected(),
+            "endpoint": transport.endpoint,
+            "failovers": transport.failovers,
+        }
+
     def wait_connected(self, timeout: float | None = None) -> bool:
         """Blocks until the local link is up (True) or `timeout` seconds pass (False)."""
         return self._local.wait_connected(timeout)

@@ -18,7 +18,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersi
 from unskit.config.model import BrokerConfig
 from unskit.config.secrets import SecretResolver, resolve_value
 from unskit.errors import MessagingError, PublishError
-from unskit.messaging.paho_adapter import BufferedClient, unacknowledged
+from unskit.messaging.paho_adapter import BufferedClient, retarget, unacknowledged
 from unskit.messaging.transport import LinkCallback, MessageCallback, QoS
 
 __all__ = ["MAX_QUEUED_MESSAGES", "MqttTransport"]
@@ -37,6 +37,10 @@ MAX_INFLIGHT_MESSAGES = 0
 # gateways does not reconnect in lockstep after a broker restart.
 BACKOFF_BASE_SECS = 0.5
 BACKOFF_MAX_SECS = 30.0
+#: A connection that drops sooner than this was a flap, not a recovery: readiness's failover
+#: grace keeps counting from the first loss (the backoff still starts over, since a cluster
+#: node that just took a session over drops it once while it loads it).
+STABLE_CONNECTION_SECS = 5.0
 
 
 class _ClosingSSLSocket(ssl.SSLSocket):
@@ -83,11 +87,41 @@ class MqttTransport:
         self._client: paho.Client | None = None
         self._on_message: MessageCallback | None = None
         self._on_link: LinkCallback | None = None
+        # The failover list and where we are in it; `_lost_at` is when the link last went
+        # down after a stable connection (None while up or never connected).
+        self._addresses = config.addresses
+        self._address_index = 0
+        self._failovers = 0
+        self._connected_at: float | None = None
+        self._lost_at: float | None = None
 
     @property
     def name(self) -> str:
         """`local` or `northbound`, for logs and errors."""
         return self._name
+
+    @property
+    def endpoint(self) -> str:
+        """The broker this link is connected to, or tries next, as ``host:port``."""
+        host, port = self._addresses[self._address_index]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    @property
+    def failovers(self) -> int:
+        """How many times a lost or refused link moved on to the next listed broker."""
+        return self._failovers
+
+    def within_failover_grace(self) -> bool:
+        """True while a link with a failover list is down for less than its grace period
+        (counted from the last loss of a stable connection): a failover is not an outage."""
+        config = self._config
+        with self._lock:
+            lost_at = self._lost_at
+        return (
+            bool(config.failover)
+            and lost_at is not None
+            and self._clock() - lost_at < config.failover_grace_seconds
+        )
 
     @property
     def dropped_while_disconnected(self) -> int:
@@ -118,12 +152,13 @@ class MqttTransport:
         client.reconnect_delay_set(BACKOFF_BASE_SECS, BACKOFF_MAX_SECS)  # type: ignore[arg-type]
         self._client = client
         _log.info(
-            "messaging %s: connecting to %s:%d as %r%s",
+            "messaging %s: connecting to %s:%d as %r%s%s",
             self._name,
             config.host,
             config.port,
             config.client_id,
             " over TLS" if config.tls else "",
+            f" ({len(config.failover)} more brokers to fail over to)" if config.failover else "",
         )
         client.connect_async(config.host, config.port, keepalive=config.keepalive_seconds)
         client.loop_start()
@@ -295,6 +330,7 @@ class MqttTransport:
             return
         with self._lock:
             self._attempt = 0
+            self._connected_at = self._clock()
             # Acknowledgements of the last connection do not carry over, even when the
             # broker kept the session: readiness waits for this connection's SUBACK.
             self._acknowledged.clear()
@@ -322,24 +358,47 @@ class MqttTransport:
             was_connected, self._connected = self._connected, False
             self._acknowledged.clear()
             self._awaiting_suback.clear()
+            now = self._clock()
+            stable = (
+                self._connected_at is not None
+                and now - self._connected_at >= STABLE_CONNECTION_SECS
+            )
+            self._connected_at = None
+            if stable or self._lost_at is None:
+                self._lost_at = now
         if self._closed:
             return
+        self._fail_over(client)
         delay = self._next_backoff(client)
         _log.warning(
-            "messaging %s: link lost (%s); reconnecting in %.1f s", self._name, reason, delay
+            "messaging %s: link lost (%s); reconnecting to %s in %.1f s",
+            self._name,
+            reason,
+            self.endpoint,
+            delay,
         )
         if was_connected and self._on_link is not None:
             self._on_link(False)
 
     def _handle_connect_fail(self, client: paho.Client, _u: Any) -> None:
+        unreachable = self.endpoint
+        self._fail_over(client)
         delay = self._next_backoff(client)
         _log.warning(
-            "messaging %s: cannot reach %s:%d; retrying in %.1f s",
+            "messaging %s: cannot reach %s; trying %s in %.1f s",
             self._name,
-            self._config.host,
-            self._config.port,
+            unreachable,
+            self.endpoint,
             delay,
         )
+
+    def _fail_over(self, client: paho.Client) -> None:
+        """Points the next reconnect at the next listed broker (round robin)."""
+        if len(self._addresses) < 2:
+            return
+        self._address_index = (self._address_index + 1) % len(self._addresses)
+        self._failovers += 1
+        retarget(client, *self._addresses[self._address_index])
 
     def _next_backoff(self, client: paho.Client) -> float:
         with self._lock:

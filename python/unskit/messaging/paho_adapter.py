@@ -1,7 +1,8 @@
-"""paho-mqtt's internals, in one place: buffered reads and the count of unacknowledged publishes.
+"""paho-mqtt's internals, in one place: buffered reads, the count of unacknowledged publishes,
+and the address the next reconnect dials.
 
 The transport (`messaging/mqtt.py`) uses paho's public API plus this module's surface
-(`BufferedClient`, `unacknowledged`). Every private paho name unskit touches is in
+(`BufferedClient`, `unacknowledged`, `retarget`). Every private paho name unskit touches is in
 `PAHO_PRIVATE_NAMES` and used only here. They were checked against paho-mqtt 2.1.0 and 2.2.0,
 hence the pin `paho-mqtt>=2.1,<2.3`; tests/messaging/test_paho_adapter.py has a test per name,
 so a release that moves one fails there rather than misbehaving in the field.
@@ -17,11 +18,20 @@ __all__ = [
     "READ_BURST_PACKETS",
     "READ_CHUNK_BYTES",
     "BufferedClient",
+    "retarget",
     "unacknowledged",
 ]
 
 #: The private attributes and methods of `paho.Client` this module relies on.
-PAHO_PRIVATE_NAMES = ("_sock", "_sock_recv", "_packet_read", "_loop_rc_handle", "_out_messages")
+PAHO_PRIVATE_NAMES = (
+    "_sock",
+    "_sock_recv",
+    "_packet_read",
+    "_loop_rc_handle",
+    "_out_messages",
+    "_host",
+    "_port",
+)
 
 # One recv() fills a buffer that paho's packet reader then takes from; paho alone makes two
 # or three recv() calls per packet and goes back to select() after each packet.
@@ -78,3 +88,10 @@ def unacknowledged(client: paho.Client) -> int:
     # paho keeps them in _out_messages until their acknowledgement (or while the link is
     # down); it offers no public count of them.
     return len(client._out_messages)
+
+
+def retarget(client: paho.Client, host: str, port: int) -> None:
+    """Points the next reconnect of paho's loop at another broker. paho's `host`/`port`
+    setters refuse while its state is "connection lost", though the socket is already gone
+    (in on_disconnect and on_connect_fail); `reconnect()` dials these two attributes."""
+    client._host, client._port = host, port

@@ -1,4 +1,5 @@
-"""`unskit watch` and `unskit request`: look at UNS traffic and send a request by hand."""
+"""`unskit watch`, `unskit request` and `unskit session forget`: look at UNS traffic, send a
+request by hand, and clear a decommissioned gateway's broker session."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from unskit.envelope import Message, MessageBuilder
 from unskit.errors import MessagingError, RequestTimeoutError
 from unskit.messaging.client import MessagingClient
 
-__all__ = ["add_tool_parsers", "request", "watch"]
+__all__ = ["add_tool_parsers", "forget_session", "request", "watch"]
 
 CONNECT_TIMEOUT_S = 10.0
 
 
-def _client(args: argparse.Namespace, role: str) -> MessagingClient:
+def _client(args: argparse.Namespace, role: str, client_id: str | None = None) -> MessagingClient:
     host, _, port = args.broker.rpartition(":")
     if not host or not port.isdigit():
         raise SystemExit(f"unskit {role}: --broker expects HOST:PORT, not {args.broker!r}")
@@ -27,7 +28,7 @@ def _client(args: argparse.Namespace, role: str) -> MessagingClient:
     config = BrokerConfig(
         host=host,
         port=int(port),
-        client_id=f"unskit-{role}-{uuid.uuid4().hex[:8]}",
+        client_id=client_id or f"unskit-{role}-{uuid.uuid4().hex[:8]}",
         credentials=credentials,
     )
     # A throwaway tool leaves no session behind on the broker.
@@ -93,15 +94,24 @@ def request(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     return 0
 
 
+def forget_session(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Connects once as CLIENT_ID with a clean session and leaves, so the broker drops the
+    persistent session (subscriptions and queued messages) a decommissioned gateway left:
+    MQTT 3.1.1 sessions never expire on their own."""
+    client = _client(args, "session", client_id=args.client_id)
+    client.close(1)
+    out.write(f"forgot the session of {args.client_id} on {args.broker}\n")
+    return 0
+
+
 def add_tool_parsers(commands: Any) -> None:
-    """Adds `watch` and `request` to the `unskit` command line."""
+    """Adds `watch`, `request` and `session forget` to the `unskit` command line."""
 
     def broker_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--broker", default="127.0.0.1:1883", metavar="HOST:PORT")
         parser.add_argument("--ca", metavar="PEM", help="CA file: connect over TLS")
         parser.add_argument("--cert", metavar="PEM", help="client certificate (mutual TLS)")
         parser.add_argument("--key", metavar="PEM", help="client key (mutual TLS)")
-        parser.add_argument("--pretty", action="store_true", help="indent the JSON")
         parser.add_argument(
             "--connect-timeout",
             type=float,
@@ -116,6 +126,7 @@ def add_tool_parsers(commands: Any) -> None:
     watch_parser.add_argument(
         "--duration", type=float, default=None, help="stop after S seconds (default: Ctrl-C)"
     )
+    watch_parser.add_argument("--pretty", action="store_true", help="indent the JSON")
     broker_options(watch_parser)
     watch_parser.set_defaults(run=watch)
 
@@ -125,5 +136,17 @@ def add_tool_parsers(commands: Any) -> None:
     request_parser.add_argument("--timeout", type=float, default=10.0, help="seconds (0 = none)")
     request_parser.add_argument("--name", default="Request", help="the envelope's header.name")
     request_parser.add_argument("--version", default="1.0", help="the envelope's header.version")
+    request_parser.add_argument("--pretty", action="store_true", help="indent the JSON")
     broker_options(request_parser)
     request_parser.set_defaults(run=request)
+
+    session_parser = commands.add_parser("session", help="manage broker sessions")
+    session_verbs = session_parser.add_subparsers(dest="session_command", required=True)
+    forget_parser = session_verbs.add_parser(
+        "forget",
+        help="drop the persistent session of a decommissioned client (disconnects that "
+        "client if it is still connected)",
+    )
+    forget_parser.add_argument("--client-id", required=True, metavar="ID")
+    broker_options(forget_parser)
+    forget_parser.set_defaults(run=forget_session)

@@ -64,6 +64,20 @@ class Transport(Protocol):
         """Publishes (QoS 1/2) sent or queued but not yet acknowledged by the broker."""
         ...
 
+    @property
+    def endpoint(self) -> str:
+        """The broker connected to, or tried next, as ``host:port``."""
+        ...
+
+    @property
+    def failovers(self) -> int:
+        """Moves to the next broker of a failover list so far."""
+        ...
+
+    def within_failover_grace(self) -> bool:
+        """Whether the link is down for less than its failover grace period."""
+        ...
+
     def publish_failures(self) -> int:
         """Publishes lost since start: dropped while down (QoS 0) or refused."""
         ...

@@ -171,6 +171,34 @@ class Runtime:
             )
         return self._inbox
 
+    def _observe_link(self, link: str, config: MessagingConfig) -> None:
+        """``messaging/connectedEndpoint{link,endpoint}`` (1 for the broker the link is on,
+        0 for the other listed ones) and ``messaging/failovers{link}`` at each emit."""
+        broker = config.northbound if link == "northbound" else config.local
+        assert broker is not None
+        status = functools.partial(self.get_messaging().link_status, link == "northbound")
+        for host, port in broker.addresses:
+            endpoint = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+            def on_it(endpoint: str = endpoint) -> int:
+                now = status()
+                return int(now["connected"] and now["endpoint"] == endpoint)
+
+            self.metrics.observe(
+                "messaging", "connectedEndpoint", on_it, {"link": link, "endpoint": endpoint}
+            )
+        self.metrics.observe(
+            "messaging", "failovers", lambda: status()["failovers"], {"link": link}
+        )
+
+    def messaging_status(self) -> dict[str, Any]:
+        """The links' part of a component's sb/status: connected, endpoint, failovers."""
+        messaging = self.get_messaging()
+        links = {"local": messaging.link_status()}
+        if messaging.has_northbound:
+            links["northbound"] = messaging.link_status(northbound=True)
+        return links
+
     def observe_queue(self, name: str, depth: Callable[[], int]) -> None:
         """Reports `depth()` as the gauge ``queues/depth{queue=name}`` at each metrics emit,
         so a backlog that only grows shows beside the others (`make soak` samples them)."""
@@ -309,6 +337,7 @@ class Runtime:
                 f"messaging.{link}",
                 functools.partial(_publish_backlog, self._messaging, link == "northbound"),
             )
+            self._observe_link(link, messaging_config)
         if self._messaging.outbox_status() is not None:
             self.outbox_watch = OutboxWatch(self._messaging, self.events, self.metrics).start()
         emission = config.metric_emission
@@ -342,8 +371,11 @@ class Runtime:
         return (
             self._serving
             and messaging is not None
-            and messaging.connected()
-            and messaging.subscriptions_acknowledged()
+            and (
+                (messaging.connected() and messaging.subscriptions_acknowledged())
+                # A failover between listed brokers is a reconnect, not an outage.
+                or messaging.within_failover_grace()
+            )
         )
 
     def _reload_verb(self, app: ComponentApp | None) -> Verb:

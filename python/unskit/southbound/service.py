@@ -287,6 +287,7 @@ class SouthboundService:
             runners = [running.runner for running in self._running.values()]
         return {
             "component": self._runtime.topics.component,
+            "messaging": self._runtime.messaging_status(),
             "instances": [runner.status() for runner in runners],
         }
 
