@@ -7,7 +7,7 @@ more than its tolerance below the committed baseline (benches/baseline.json):
     fail when  median ratio < baseline ratio x (1 - tolerance)
 
 Ratios, not absolute times: both sides of a row see the same machine. For the rows that
-pytest-benchmark times (envelope, signal, cip) the gate takes each side's best round (its
+pytest-benchmark times (envelope, cip) the gate takes each side's best round (its
 `min`), not the mean that results.json holds: on a shared machine the mean of one side
 swings 2-3x with whatever else runs, the best round of thousands hardly moves. The image
 rows already are best-of-N, ours and the anchor interleaved (bench_image.compare), and are
@@ -45,10 +45,11 @@ RUNS = 3
 MAX_TOLERANCE = 0.5
 
 # CPU-bound pairs only: network and disk rows swing with the other tenants of the machine.
+# Left out too: signal vs numba, whose two sides run one after the other in ~1 s phases of
+# 15-80 ms rounds; its best-round ratio fell 49% below its median in the 10 measured runs
+# (docs/decisions.md), too noisy to gate below a 2x tolerance until it is interleaved.
 SUBSET = (
     "benches/bench_envelope.py",
-    "benches/bench_signal.py::test_signal_gate[ours]",
-    "benches/bench_signal.py::test_signal_gate[numba]",
     "benches/bench_cip.py::test_cip_decode[ours_batch]",
     "benches/bench_cip.py::test_cip_decode[ours_single]",
     "benches/bench_cip.py::test_cip_decode[struct_single]",
@@ -73,7 +74,6 @@ PAIRS: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {
         for case in ("build_encode", "decode", "decode_to_dict")
         for body in ("typical", "opaque_4k")
     },
-    "signal.gate.vs_numba": ("test_signal_gate", {"impl": "ours"}, {"impl": "numba"}),
     "cip.decode.batch_vs_struct": (
         "test_cip_decode", {"impl": "ours_batch"}, {"impl": "struct_batch"}
     ),

@@ -198,7 +198,7 @@ def test_the_committed_baseline_is_valid_and_gates_the_subset() -> None:
     assert len(gates) >= 10
     assert all(0 < g.tolerance < MAX_TOLERANCE for g in gates.values())
     files = {node.split("::")[0] for node in SUBSET}
-    prefixes = {"envelope.": "bench_envelope", "signal.": "bench_signal", "cip.": "bench_cip"}
+    prefixes = {"envelope.": "bench_envelope", "cip.": "bench_cip"}
     prefixes["image."] = "bench_image"
     for name in gates:
         [module] = [m for p, m in prefixes.items() if name.startswith(p)]
