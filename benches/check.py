@@ -259,9 +259,12 @@ def run_subset(folder: Path) -> dict[str, float]:
         "--benchmark-only", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",
         f"--benchmark-json={folder / 'timings.json'}",
     ]  # fmt: skip
-    done = subprocess.run(
-        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False
-    )
+    try:
+        done = subprocess.run(
+            command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise RunError("the benchmark run took over 900 s; the machine is too loaded") from None
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-30:])
         raise RunError(f"the benchmark run failed (pytest exit {done.returncode}):\n{tail}")
@@ -269,12 +272,16 @@ def run_subset(folder: Path) -> dict[str, float]:
 
 
 def record(path: Path, gates: Mapping[str, Gate], runs: Sequence[Mapping[str, float]]) -> None:
-    """Rewrites the baseline's ratios with the medians measured, keeping each tolerance."""
+    """Rewrites the baseline's ratios (medians) and spreads from the runs, keeping tolerances."""
     document = json.loads(path.read_text(encoding="utf-8"))
-    for name, verdict in ((v.gate.name, v) for v in judge(gates, runs)):
+    verdicts = judge(gates, runs)
+    for verdict in verdicts:
         if verdict.median is None:
-            raise RunError(f"{name}: not measured, the baseline is left as it was")
-        document["rows"][name]["ratio"] = round(verdict.median, 2)
+            raise RunError(f"{verdict.gate.name}: not measured, the baseline is left as it was")
+    for verdict in verdicts:
+        row = document["rows"][verdict.gate.name]
+        row["ratio"] = round(verdict.median or 0.0, 3)
+        row["spread"] = [min(verdict.measured), max(verdict.measured)]
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
@@ -290,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--record", action="store_true", help="rewrite the baseline ratios")
     args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
     try:
         # The baseline first: a bad one fails in a second, not after minutes of benchmarks.
         gates = load_baseline(args.baseline)

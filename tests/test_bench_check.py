@@ -186,6 +186,25 @@ def test_a_row_no_run_produced_fails(tmp_path, capsys) -> None:
     assert "FAIL (not measured)" in capsys.readouterr().out
 
 
+def test_record_rewrites_ratios_and_spreads_and_keeps_tolerances(tmp_path, capsys) -> None:
+    baseline = write(tmp_path / "baseline.json", {"about": "kept", **GOOD})
+    runs = [
+        results_file(tmp_path / f"run-{i}", {"a.row": a, "b.row": 0.9})
+        for i, a in enumerate((3, 1, 2))
+    ]
+    assert main(["--baseline", str(baseline), "--record", "--from", *map(str, runs)]) == 0
+    document = json.loads(baseline.read_text())
+    assert document["about"] == "kept"
+    assert document["rows"]["a.row"] == {"ratio": 2.0, "tolerance": 0.25, "spread": [1.0, 3.0]}
+    assert document["rows"]["b.row"] == {"ratio": 0.9, "tolerance": 0.1, "spread": [0.9, 0.9]}
+    # A row no run produced leaves the file as it was.
+    before = baseline.read_text()
+    partial = results_file(tmp_path / "partial", {"a.row": 2.0})
+    assert main(["--baseline", str(baseline), "--record", "--from", str(partial)]) == 2
+    assert "b.row: not measured" in capsys.readouterr().err
+    assert baseline.read_text() == before
+
+
 # --- the committed baseline ------------------------------------------------------------------
 
 
