@@ -47,7 +47,7 @@ MAX_TOLERANCE = 0.5
 # CPU-bound pairs only: network and disk rows swing with the other tenants of the machine.
 # Left out too: signal vs numba, whose two sides run one after the other in ~1 s phases of
 # 15-80 ms rounds; its best-round ratio fell 49% below its median in the 10 measured runs
-# (docs/decisions.md), too noisy to gate below a 2x tolerance until it is interleaved.
+# (docs/decisions.md), too noisy to gate below a 2x tolerance (interleaving did not help).
 SUBSET = (
     "benches/bench_envelope.py",
     "benches/bench_cip.py::test_cip_decode[ours_batch]",
