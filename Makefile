@@ -10,13 +10,14 @@ export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 # Extras of pyproject.toml the tests, lint and benchmarks need.
 EXTRAS := embedded,egress,http,bucketstore,blobstore,opcua,test,lint,bench
 
-.PHONY: help demo test test-unit lint fmt bench soak chaos fuzz system-deps venv build clean
+.PHONY: help demo test test-unit lint fmt bench bench-check bench-baseline soak chaos fuzz system-deps venv build clean
 
 help:
 	@echo "make demo   build, then run the edge demo (broker, PLC, cameras, egress) until Ctrl-C"
 	@echo "make test   install what tests need, build, lint, cargo test, pytest"
 	@echo "make test-unit  the unit tier alone (no network, no processes): the edit-test loop"
 	@echo "make bench  benchmarks, ours beside each anchor (writes benches/results.json)"
+	@echo "make bench-check  the regression gate: a CPU-bound subset, 3 runs, ratios vs benches/baseline.json"
 	@echo "make soak   the demo stack for SOAK_SECS (600) with a leak check (a results.json row)"
 	@echo "make chaos  the demo stack under real faults for CHAOS_SECS (600), CHAOS_SEED (random)"
 	@echo "make lint   ruff, mypy --strict, stubtest, cargo fmt --check, clippy"
@@ -39,6 +40,17 @@ test-unit: build
 bench: system-deps build
 	$(PY) -m pytest benches --benchmark-only -p no:randomly -q
 	$(PY) benches/report.py
+
+# The regression gate (CI runs it after `make test`): the subset in benches/check.py, run
+# BENCH_RUNS times; fails when a row's median ours/anchor ratio is more than its tolerance
+# below benches/baseline.json, or when the baseline is missing or malformed.
+BENCH_RUNS ?= 3
+bench-check: build
+	$(PY) benches/check.py --runs $(BENCH_RUNS)
+
+# Rewrites the baseline's ratios from BENCH_RUNS runs (tolerances kept); review and commit it.
+bench-baseline: build
+	$(PY) benches/check.py --runs $(BENCH_RUNS) --record
 
 # The demo stack for SOAK_SECS while RSS, fds, threads and SQLite sizes are sampled.
 SOAK_SECS ?= 600

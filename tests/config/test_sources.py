@@ -265,6 +265,9 @@ def test_load_logs_the_redacted_configuration(
     assert str(path) in record.getMessage()
 
 
+# Integration: the inotify binding finds libc through `ldconfig -p` (a subprocess) the first
+# time a process opens a watch, which the unit tier forbids.
+@pytest.mark.integration
 def test_file_provider_reports_changes(tmp_path: Path) -> None:
     path = tmp_path / "component.json"
     path.write_text(json.dumps(patched({"messaging": {}})))

@@ -6,6 +6,7 @@ import http.client
 import io
 import json
 import logging
+import math
 import re
 import threading
 import time
@@ -14,6 +15,8 @@ import urllib.request
 from types import SimpleNamespace
 
 import pytest
+from prometheus_client.openmetrics import parser as om_parser
+from prometheus_client.parser import text_string_to_metric_families as text_parser
 
 from unskit import Identity, Message
 from unskit.runtime.metrics import (
@@ -287,25 +290,19 @@ def test_log_target_writes_one_structured_line_per_emit():
 
 # --- scrape ----------------------------------------------------------------------------
 
-SAMPLE_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
-LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
+def parse_exposition(text: str, openmetrics: bool = False):
+    """Parses an exposition with prometheus_client's own parser.
 
-def parse_exposition(text: str):
-    """Parses the text format into ({name: type}, {(name, labels): value})."""
+    Returns ({exposed family name: type}, {(sample name, labels): value}); the parser
+    rejects anything that is not the format, so a malformed line fails the test."""
+    parse = om_parser.text_string_to_metric_families if openmetrics else text_parser
     types, values = {}, {}
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            _, _, name, kind = line.split(" ")
-            types[name] = kind
-            continue
-        if not line or line.startswith("#"):
-            continue
-        match = SAMPLE_LINE.match(line)
-        assert match, line
-        name, labels, value = match.groups()
-        label_set = frozenset(LABEL.findall(labels or ""))
-        values[(name, label_set)] = float(value)
+    for family in parse(text):
+        exposed = family.name + "_total" if family.type == "counter" else family.name
+        types[exposed] = family.type
+        for sample in family.samples:
+            values[(sample.name, frozenset(sample.labels.items()))] = sample.value
     return types, values
 
 
@@ -387,8 +384,9 @@ def test_prometheus_names_and_labels_are_escaped():
     registry.counter(FAMILY, "bytes_total").inc(2)
     text = render_prometheus(registry.collect(reset_interval=False))
     assert 'opc_ua_2_9lives{node_id="ns=2;s=\\"a\\\\b\\"\\nc"} 1.5\n' in text
-    # A counter already named ..._total is not suffixed twice.
-    assert "southbound_health_bytes_total 2\n" in text
+    # A counter already named ..._total is not suffixed twice (the library writes values
+    # as floats: 2.0 where the hand-written exposition wrote 2).
+    assert "southbound_health_bytes_total 2.0\n" in text
     types, _ = parse_exposition(text)
     assert types == {"opc_ua_2_9lives": "gauge", "southbound_health_bytes_total": "counter"}
 
@@ -402,6 +400,79 @@ def test_prometheus_non_finite_values():
     assert "southbound_health_a NaN\n" in text
     assert "southbound_health_b +Inf\n" in text
     assert "southbound_health_c -Inf\n" in text
+
+
+def _scrape(port: int, accept: str | None) -> tuple[str, str]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics")
+    if accept is not None:
+        request.add_header("Accept", accept)
+    with urllib.request.urlopen(request, timeout=WAIT) as response:
+        assert response.status == 200
+        return response.headers["Content-Type"], response.read().decode("utf-8")
+
+
+def _fill(registry: MetricsRegistry) -> None:
+    registry.counter(FAMILY, "reads", {"instance": "plc-1"}).inc(3)
+    registry.counter(FAMILY, "reads", {"instance": "plc-2", "slot": "4"}).inc(5)
+    registry.gauge(FAMILY, "connected", {"instance": "plc-1"}).set(1)
+    registry.gauge(FAMILY, "lag").set(float("nan"))
+    registry.gauge(FAMILY, "ceiling").set(float("inf"))
+
+
+EXPECTED_TYPES = {
+    "southbound_health_reads_total": "counter",
+    "southbound_health_connected": "gauge",
+    "southbound_health_lag": "gauge",
+    "southbound_health_ceiling": "gauge",
+}
+
+
+def _check_values(values: dict) -> None:
+    cip = ("component", "cip")
+    assert values[("southbound_health_reads_total", frozenset({cip, ("instance", "plc-1")}))] == 3
+    plc2 = frozenset({cip, ("instance", "plc-2"), ("slot", "4")})
+    assert values[("southbound_health_reads_total", plc2)] == 5
+    assert values[("southbound_health_connected", frozenset({cip, ("instance", "plc-1")}))] == 1
+    assert math.isnan(values[("southbound_health_lag", frozenset({cip}))])
+    assert values[("southbound_health_ceiling", frozenset({cip}))] == math.inf
+
+
+@pytest.mark.parametrize(
+    ("accept", "content_type", "openmetrics"),
+    [
+        (None, "text/plain; version=0.0.4; charset=utf-8", False),
+        ("text/plain", "text/plain; version=0.0.4; charset=utf-8", False),
+        ("*/*", "text/plain; version=0.0.4; charset=utf-8", False),
+        ("text/plain; version=1.0.0", "text/plain; version=1.0.0; charset=utf-8", False),
+        (
+            "application/openmetrics-text; version=1.0.0; q=0.9, text/plain; q=0.5",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            True,
+        ),
+        ("application/openmetrics-text", "application/openmetrics-text; version=1.0.0", True),
+    ],
+)
+def test_scrape_negotiates_the_format_by_accept(scrape_registry, accept, content_type, openmetrics):
+    """Text 0.0.4 unless OpenMetrics (or text 1.0.0) is asked for; each parses as its format."""
+    registry, emitter = scrape_registry
+    _fill(registry)
+    served_type, text = _scrape(emitter.port, accept)
+    assert served_type.startswith(content_type), served_type
+    assert text.endswith("# EOF\n") == openmetrics
+    types, values = parse_exposition(text, openmetrics=openmetrics)
+    assert types == EXPECTED_TYPES
+    _check_values(values)
+
+
+def test_openmetrics_parser_rejects_the_text_format(scrape_registry):
+    """The negotiation matters: a text-format body is not valid OpenMetrics (no # EOF)."""
+    registry, emitter = scrape_registry
+    _fill(registry)
+    _, text = _scrape(emitter.port, None)
+    # Which fault the parser meets first depends on the families' order: the text format's
+    # `# TYPE x_total counter` (a clash in OpenMetrics) or the missing `# EOF`.
+    with pytest.raises(ValueError, match=r"Clashing name|Missing # EOF"):
+        parse_exposition(text, openmetrics=True)
 
 
 # --- cloudmon --------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Directory watching with Linux inotify (through ctypes), for mounted configuration.
+"""Directory watching with Linux inotify (through ``inotify_simple``), for mounted configuration.
 
 The watcher thread blocks in ``poll(2)`` on the inotify descriptor and a wake-up pipe; it
 never wakes on a timer, so an unchanged directory costs no CPU. It watches the directory,
@@ -9,13 +9,11 @@ not the file, because an orchestrator's config mount swaps a ``..data`` symlink 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import errno
+import functools
 import logging
 import os
 import select
-import struct
 import sys
 import threading
 from collections.abc import Callable
@@ -25,68 +23,35 @@ __all__ = ["DirectoryWatcher", "inotify_available"]
 
 _log = logging.getLogger(__name__)
 
-# <sys/inotify.h>
-IN_MODIFY = 0x00000002
-IN_ATTRIB = 0x00000004
-IN_CLOSE_WRITE = 0x00000008
-IN_MOVED_FROM = 0x00000040
-IN_MOVED_TO = 0x00000080
-IN_CREATE = 0x00000100
-IN_DELETE = 0x00000200
-IN_DELETE_SELF = 0x00000400
-IN_MOVE_SELF = 0x00000800
-IN_Q_OVERFLOW = 0x00004000
-IN_IGNORED = 0x00008000
-IN_ONLYDIR = 0x01000000
-IN_ISDIR = 0x40000000
-IN_NONBLOCK = os.O_NONBLOCK
-IN_CLOEXEC = getattr(os, "O_CLOEXEC", 0o2000000)
+if sys.platform.startswith("linux"):
+    from inotify_simple import INotify, flags
 
-# IN_MODIFY is left out on purpose: a file still being written would be read half done;
-# its IN_CLOSE_WRITE follows when it is complete.
-_MASK = (
-    IN_ATTRIB
-    | IN_CLOSE_WRITE
-    | IN_MOVED_FROM
-    | IN_MOVED_TO
-    | IN_CREATE
-    | IN_DELETE
-    | IN_DELETE_SELF
-    | IN_MOVE_SELF
-    | IN_ONLYDIR
-)
-_EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; the name follows
-_READ_SIZE = 64 * 1024
+    # IN_MODIFY is left out on purpose: a file still being written would be read half done;
+    # its IN_CLOSE_WRITE follows when it is complete.
+    _MASK = (
+        flags.ATTRIB
+        | flags.CLOSE_WRITE
+        | flags.MOVED_FROM
+        | flags.MOVED_TO
+        | flags.CREATE
+        | flags.DELETE
+        | flags.DELETE_SELF
+        | flags.MOVE_SELF
+        | flags.ONLYDIR
+    )
+else:  # pragma: no cover - inotify_simple is a Linux-only dependency
+    INotify = None
 
 
-class _Libc:
-    def __init__(self) -> None:
-        lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        self.init1 = lib.inotify_init1
-        self.init1.argtypes = [ctypes.c_int]
-        self.init1.restype = ctypes.c_int
-        self.add_watch = lib.inotify_add_watch
-        self.add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-        self.add_watch.restype = ctypes.c_int
-
-
-_libc: _Libc | None = None
-
-
-def _load_libc() -> _Libc:
-    global _libc
-    if _libc is None:
-        if not sys.platform.startswith("linux"):
-            raise OSError(errno.ENOSYS, "watching a directory needs Linux inotify")
-        _libc = _Libc()
-    return _libc
-
-
+@functools.cache
 def inotify_available() -> bool:
     """True when this system has inotify (Linux)."""
+    if INotify is None:
+        return False
+    # One descriptor opened and closed: the binding finds and loads libc on first use.
     try:
-        _load_libc()
-    except (OSError, AttributeError):
+        INotify().close()
+    except OSError:
         return False
     return True
 
@@ -105,7 +70,7 @@ class DirectoryWatcher:
         self._on_change = on_change
         self._name = name
         self._thread: threading.Thread | None = None
-        self._inotify = -1
+        self._inotify: INotify | None = None
         self._wake_r = -1
         self._wake_w = -1
         self._closed = threading.Event()
@@ -116,17 +81,17 @@ class DirectoryWatcher:
 
     def start(self) -> DirectoryWatcher:
         """Starts watching; raises OSError if the directory cannot be watched."""
-        libc = _load_libc()
-        fd = libc.init1(IN_NONBLOCK | IN_CLOEXEC)
-        if fd < 0:
-            code = ctypes.get_errno()
-            raise OSError(code, f"inotify_init1: {os.strerror(code)}")
-        wd = libc.add_watch(fd, os.fsencode(self.directory), _MASK)
-        if wd < 0:
-            code = ctypes.get_errno()
-            os.close(fd)
-            raise OSError(code, f"cannot watch {self.directory}: {os.strerror(code)}")
-        self._inotify = fd
+        if INotify is None:
+            raise OSError(errno.ENOSYS, "watching a directory needs Linux inotify")
+        inotify = INotify(nonblocking=True)
+        try:
+            inotify.add_watch(self.directory, _MASK)
+        except OSError as exc:
+            inotify.close()
+            raise OSError(
+                exc.errno, f"cannot watch {self.directory}: {os.strerror(exc.errno or 0)}"
+            ) from exc
+        self._inotify = inotify
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._thread.start()
@@ -163,10 +128,13 @@ class DirectoryWatcher:
             self._release()
 
     def _release(self) -> None:
-        for fd in (self._inotify, self._wake_r, self._wake_w):
+        if self._inotify is not None:
+            self._inotify.close()
+        for fd in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        self._inotify = self._wake_r = self._wake_w = -1
+        self._inotify = None
+        self._wake_r = self._wake_w = -1
 
     def __enter__(self) -> DirectoryWatcher:
         return self
@@ -175,8 +143,10 @@ class DirectoryWatcher:
         self.close()
 
     def _run(self) -> None:
+        assert self._inotify is not None
+        inotify = self._inotify
         poller = select.poll()
-        poller.register(self._inotify, select.POLLIN)
+        poller.register(inotify.fileno(), select.POLLIN)
         poller.register(self._wake_r, select.POLLIN)
         try:
             while not self._closed.is_set():
@@ -184,7 +154,7 @@ class DirectoryWatcher:
                 self.wakeups += 1
                 if self._closed.is_set() or any(fd == self._wake_r for fd, _ in ready):
                     break
-                relevant, gone = self._drain()
+                relevant, gone = self._drain(inotify)
                 if relevant:
                     self._notify()
                 if gone:
@@ -198,24 +168,23 @@ class DirectoryWatcher:
                 if self._close_on_exit:
                     self._release()
 
-    def _drain(self) -> tuple[bool, bool]:
+    def _drain(self, inotify: INotify) -> tuple[bool, bool]:
         relevant = False
         gone = False
         while True:
-            try:
-                data = os.read(self._inotify, _READ_SIZE)
-            except BlockingIOError:
+            # timeout=0: read what is queued now; poll(2) above did the waiting.
+            events = inotify.read(timeout=0)
+            if not events:
                 return relevant, gone
-            offset = 0
-            while offset + _EVENT.size <= len(data):
-                _, mask, _, length = _EVENT.unpack_from(data, offset)
-                name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
-                offset += _EVENT.size + length
-                if mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED):
+            for event in events:
+                mask = event.mask
+                if mask & (flags.DELETE_SELF | flags.MOVE_SELF | flags.IGNORED):
                     gone = True
-                elif mask & IN_Q_OVERFLOW:
+                elif mask & flags.Q_OVERFLOW:
                     relevant = True  # events were lost: re-read to be sure
-                elif mask & IN_CREATE and not mask & IN_ISDIR and not self._is_link(name):
+                elif (
+                    mask & flags.CREATE and not mask & flags.ISDIR and not self._is_link(event.name)
+                ):
                     # A new regular file is empty until written; IN_CLOSE_WRITE follows.
                     # A new directory has no such follow-up: a recursive watcher (the
                     # egress) must hear of it to watch it before files land in it.
@@ -223,8 +192,8 @@ class DirectoryWatcher:
                 else:
                     relevant = True
 
-    def _is_link(self, name: bytes) -> bool:
-        return os.path.islink(os.path.join(os.fsencode(self.directory), name))
+    def _is_link(self, name: str) -> bool:
+        return os.path.islink(os.path.join(self.directory, name))
 
     def _notify(self) -> None:
         try:

@@ -1,22 +1,28 @@
-"""Target ``scrape``: the Prometheus endpoint and the text exposition format 0.0.4."""
+"""Target ``scrape``: the Prometheus endpoint, rendered by prometheus_client.
+
+The text format 0.0.4 by default; OpenMetrics 1.0 (or text 1.0.0) when the scraper's
+``Accept`` header asks for it, negotiated by the library's own ``choose_encoder``.
+"""
 
 from __future__ import annotations
 
 import http.server
-import io
 import logging
-import math
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
 from unskit.config.model import DEFAULT_SCRAPE_HOST, DEFAULT_SCRAPE_PATH, DEFAULT_SCRAPE_PORT
-from unskit.runtime.metrics.registry import MetricKind, MetricSample, MetricsRegistry, Number
+from unskit.runtime.metrics.registry import MetricKind, MetricSample, MetricsRegistry
 
-__all__ = ["PROMETHEUS_CONTENT_TYPE", "ScrapeEmitter", "render_prometheus"]
+__all__ = ["PROMETHEUS_CONTENT_TYPE", "ScrapeEmitter", "render_exposition", "render_prometheus"]
 
-PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+PROMETHEUS_CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 _SERVER_JOIN_SECS = 5.0
 
 # One logger for the package, `unskit.runtime.metrics` as before it was split in modules.
@@ -89,8 +95,10 @@ def _scrape_handler(
             if self.path.split("?", 1)[0] != path:
                 self._reply(404, "text/plain; charset=utf-8", b"not found")
                 return
-            text = render_prometheus(registry.collect(reset_interval=False))
-            self._reply(200, PROMETHEUS_CONTENT_TYPE, text.encode("utf-8"))
+            body, content_type = render_exposition(
+                registry.collect(reset_interval=False), self.headers.get("Accept")
+            )
+            self._reply(200, content_type, body)
 
         def _reply(self, status: int, content_type: str, body: bytes) -> None:
             self.send_response(status)
@@ -108,23 +116,44 @@ def _scrape_handler(
 
 def render_prometheus(samples: Iterable[MetricSample]) -> str:
     """Renders samples in the Prometheus text exposition format 0.0.4."""
-    families: dict[str, tuple[MetricKind, list[MetricSample]]] = {}
-    for sample in samples:
-        name = _prometheus_name(f"{sample.family}_{sample.name}")
-        if sample.kind is MetricKind.COUNTER and not name.endswith("_total"):
-            name += "_total"
-        kind, members = families.setdefault(name, (sample.kind, []))
-        if kind is sample.kind:
-            members.append(sample)
-    buffer = io.StringIO()
-    for name, (kind, members) in families.items():
-        buffer.write(f"# TYPE {name} {kind.value}\n")
-        for sample in members:
+    return generate_latest(_Snapshot(samples)).decode("utf-8")
+
+
+def render_exposition(samples: Iterable[MetricSample], accept: str | None) -> tuple[bytes, str]:
+    """Renders samples in the format the ``Accept`` header asks for: (body, content type)."""
+    encoder, content_type = choose_encoder(accept or "")
+    return encoder(_Snapshot(samples)), content_type
+
+
+class _Snapshot(Collector):
+    """One collect's samples as prometheus_client metric families (a one-shot collector)."""
+
+    def __init__(self, samples: Iterable[MetricSample]) -> None:
+        self._samples = samples
+
+    def collect(self) -> Iterable[Metric]:
+        families: dict[str, Metric] = {}
+        for sample in self._samples:
+            name = _prometheus_name(f"{sample.family}_{sample.name}")
+            if sample.kind is MetricKind.COUNTER:
+                # The library names a counter family without ``_total``, its sample with it.
+                base = name.removesuffix("_total")
+                name = base + "_total"
+                family = families.setdefault(name, CounterMetricFamily(base, _help(sample)))
+            else:
+                family = families.setdefault(name, GaugeMetricFamily(name, _help(sample)))
+            if family.type != sample.kind.value:
+                continue  # a gauge and a counter under one name: the first one seen wins
             value = sample.total if sample.total is not None else sample.value
-            buffer.write(
-                f"{name}{_prometheus_labels(sample.dimensions)} {_prometheus_value(value)}\n"
-            )
-    return buffer.getvalue()
+            # add_sample rather than add_metric: the samples of one family may carry
+            # different dimensions, and a family's label names are fixed in add_metric.
+            family.add_sample(name, _prometheus_labels(sample.dimensions), float(value))
+        return list(families.values())
+
+
+def _help(sample: MetricSample) -> str:
+    unit = f" ({sample.unit})" if sample.unit and sample.unit != "None" else ""
+    return f"{sample.family}.{sample.name}{unit}"
 
 
 _PROM_INVALID = re.compile(r"[^a-zA-Z0-9_:]")
@@ -132,28 +161,17 @@ _PROM_LABEL_INVALID = re.compile(r"[^a-zA-Z0-9_]")
 
 
 def _prometheus_name(raw: str) -> str:
+    # The legacy character set, as before the library: Prometheus servers older than 3.0
+    # reject the quoted UTF-8 names the library would otherwise write.
     name = _PROM_INVALID.sub("_", raw)
     return "_" + name if name[0].isdigit() else name
 
 
-def _prometheus_labels(dimensions: Mapping[str, str]) -> str:
-    if not dimensions:
-        return ""
-    parts = []
+def _prometheus_labels(dimensions: Mapping[str, str]) -> dict[str, str]:
+    labels = {}
     for key, value in dimensions.items():
         label = _PROM_LABEL_INVALID.sub("_", key)
         if label[0].isdigit():
             label = "_" + label
-        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-        parts.append(f'{label}="{escaped}"')
-    return "{" + ",".join(parts) + "}"
-
-
-def _prometheus_value(value: Number) -> str:
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(value)
+        labels[label] = value
+    return labels
