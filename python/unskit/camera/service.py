@@ -22,6 +22,7 @@ from unskit.camera.announcements import Announcer
 from unskit.camera.backends import Backend, create_backend
 from unskit.camera.catalog import Catalog
 from unskit.camera.config import CameraSettings, CameraSpec
+from unskit.camera.discovery import Discovery
 from unskit.camera.outcomes import Outcomes
 from unskit.camera.pending import PendingCaptures
 from unskit.camera.pipeline import CapturePipeline
@@ -76,6 +77,9 @@ class CameraService:
         self.pending = PendingCaptures(settings.limits, settings.cameras)
         self.sessions = CameraSessions(settings.cameras.values(), backend, self.pending.lock)
         self.ptz_stops = PtzStops()
+        self.discovery = Discovery(
+            multicast=settings.discovery_multicast, addresses=settings.discovery_addresses
+        )
         self.queries = CatalogQueries(self.catalog)
         announcer = Announcer(
             messaging=messaging,
@@ -148,6 +152,7 @@ class CameraService:
         self.outcomes.abandon(self.pending.wait_idle(DRAIN_WAIT_S))
         self.pending.wake_dispatchers()
         self.ptz_stops.close()
+        self.discovery.close()
         self.sessions.close()
         self.catalog.close()
 

@@ -58,7 +58,11 @@ class CameraSession:
         """Whether the camera's PTZ head is moving now (False without PTZ)."""
         if self.backend is None or self.backend.ptz is None or not self.spec.ptz.enabled:
             return False
-        return bool(self.backend.ptz.status().moving)
+        head = self.backend.ptz
+        # Admission asks under its lock: a head that would ask its camera over the network
+        # answers from what it knows instead (the onvif backend's known_moving).
+        known = getattr(head, "known_moving", None)
+        return bool(known() if known is not None else head.status().moving)
 
     def capabilities(self) -> dict[str, Any]:
         """The backend's capabilities with the ptz, presets and presetMutation the camera's
