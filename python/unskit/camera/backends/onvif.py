@@ -237,7 +237,6 @@ class OnvifBackend:
         )
         self._connector.start()
 
-
     # -- connection ---------------------------------------------------------------------
 
     def _credential(self, value: Any) -> str | None:
