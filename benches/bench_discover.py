@@ -42,12 +42,15 @@ def discover_passes(harness: CameraHarness) -> tuple[float, float, float]:
             samples.append((time.perf_counter() - started) * 1000)
             candidates = reply["candidates"]
             assert len(candidates) == RESPONDERS, len(candidates)
-            assert all(c["vendor"] == "bench" and not c["capabilities"]["warnings"] for c in candidates)
+            assert all(
+                c["vendor"] == "bench" and not c["capabilities"]["warnings"] for c in candidates
+            )
         harness.stop(rig)
     finally:
         responders.close()
         device.close()
-    assert device.invalid == [] and device.errors == []
+    assert device.invalid == []
+    assert device.errors == []
     samples.sort()
     p50 = samples[len(samples) // 2]
     p99 = samples[min(len(samples) - 1, round(0.99 * (len(samples) - 1)))]

@@ -9,15 +9,19 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.camera.conftest import CameraHarness, Rig
+from tests.camera.test_config_and_codec import load
 from tests.support.onvif_device import PASSWORD, USER, OnvifDevice
 from tests.support.servers import wait_until
 from unskit.camera.backends import missing_extra
-from unskit.errors import CommandError
+from unskit.camera.config import parse_settings
+from unskit.camera.discovery import parse_address
+from unskit.errors import CommandError, ConfigError
 
 
 def rid() -> str:
@@ -218,3 +222,44 @@ def test_the_onvif_extra_missing_is_a_clear_start_error(monkeypatch: pytest.Monk
     assert "pip install 'unskit[onvif]'" in message
     assert "'zeep'" in message
     assert missing_extra("sim") is None
+
+
+def test_the_start_refuses_onvif_without_its_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "zeep", None)
+    component = {
+        "cameras": [{"instance": "a", "backend": "onvif", "connection": {"uri": "http://x/"}}],
+        "discovery": {"enabled": True},
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_settings(load(tmp_path, component))
+    issues = {issue.path: issue.message for issue in caught.value.issues}
+    assert set(issues) == {"$.component.cameras[0].backend", "$.component.discovery.enabled"}
+    assert all("pip install 'unskit[onvif]'" in message for message in issues.values())
+
+
+def test_onvif_needs_a_uri_and_discovery_keys_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_settings(load(tmp_path, {"cameras": [{"instance": "a", "backend": "onvif"}]}))
+    assert [issue.path for issue in caught.value.issues] == [
+        "$.component.cameras[0].connection.uri"
+    ]
+    bad = {
+        "cameras": [{"instance": "a", "backend": "sim"}],
+        "discovery": {"probeAddresses": ["a b"]},
+    }
+    with pytest.raises(ConfigError):
+        parse_settings(load(tmp_path, bad))
+    good = {
+        "cameras": [{"instance": "a", "backend": "sim"}],
+        "discovery": {"multicast": False, "probeAddresses": ["10.0.0.5", "[::1]:3702", "h:1"]},
+    }
+    settings = parse_settings(load(tmp_path, good))
+    assert settings.discovery_multicast is False
+    assert settings.discovery_addresses == ("10.0.0.5", "[::1]:3702", "h:1")
+    assert [parse_address(a) for a in settings.discovery_addresses] == [
+        ("10.0.0.5", 3702),
+        ("::1", 3702),
+        ("h", 1),
+    ]
