@@ -165,3 +165,16 @@ def test_discovery_off_is_unsupported(harness: CameraHarness, devices: list[Onvi
     document["discovery"]["enabled"] = False
     rig: Rig = harness.start(document)
     assert rig.error("discover", {}) == "UNSUPPORTED_CAPABILITY"
+
+
+def test_discover_over_ipv6_loopback(harness: CameraHarness, devices: list[OnvifDevice]) -> None:
+    responder = DiscoveryResponders([devices[0]], host="::1")
+    try:
+        rig = harness.start(component(devices, probeAddresses=responder.addresses))
+        assert responder.addresses[0].startswith("[::1]:")
+        candidates = rig.call("discover", {"timeoutMs": 5000})["candidates"]
+    finally:
+        responder.close()
+    assert [c["selector"]["endpoint"] for c in candidates] == [devices[0].endpoint]
+    assert candidates[0]["vendor"] == "acme"
+    assert responder.probes == 1

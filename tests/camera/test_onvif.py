@@ -190,6 +190,11 @@ def test_a_failing_device_fails_alone(
     warnings = rig.call("status", {}, "bad")["capabilities"]["warnings"]
     assert any(words in warning for warning in warnings), warnings
 
+    # A move the device refused does not leave the camera "moving" for admission.
+    move = {"requestId": rid(), "operation": "continuous", "velocity": {"pan": 0.5}}
+    assert rig.error("ptz", {**move, "timeoutMs": 1000}, "bad") == code
+    assert capture(rig, "bad")["failure"]["code"] == code
+
     # The other camera is not held up by the failing one.
     assert "image" in capture(rig, "good")
     assert device.invalid == []

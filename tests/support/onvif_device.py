@@ -551,16 +551,18 @@ class DiscoveryResponders:
     answers a Probe for `devices[i % len(devices)]`, under the prefix /d{i} when `count` > 1
     (so each responder is a distinct device to the prober)."""
 
-    def __init__(self, devices: list[OnvifDevice], count: int = 1) -> None:
+    def __init__(self, devices: list[OnvifDevice], count: int = 1, host: str = "127.0.0.1") -> None:
         self.devices = devices
         self.count = count
+        self.host = host
         self.probes = 0
         self.sockets: list[socket.socket] = []
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
             for _ in range(count):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                sock = socket.socket(family, socket.SOCK_DGRAM)
                 self.sockets.append(sock)
-                sock.bind(("127.0.0.1", 0))
+                sock.bind((host, 0))
         except OSError:
             for sock in self.sockets:
                 sock.close()
@@ -572,7 +574,8 @@ class DiscoveryResponders:
 
     @property
     def addresses(self) -> list[str]:
-        return [f"127.0.0.1:{port}" for port in self.ports]
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return [f"{host}:{port}" for port in self.ports]
 
     def _serve(self) -> None:
         index = {sock.fileno(): i for i, sock in enumerate(self.sockets)}

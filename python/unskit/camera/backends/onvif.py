@@ -557,13 +557,13 @@ class OnvifPtzHead:
 
     def continuous(self, velocity: Mapping[str, float]) -> None:
         """ContinuousMove without a device timeout (the adapter arms the stop)."""
-        self._commanded(continuous={axis for axis, value in velocity.items() if value})
         self._ptz(
             "ContinuousMove",
             lambda service, profile: service.ContinuousMove(
                 ProfileToken=profile, Velocity=_vector(velocity, {})
             ),
         )
+        self._commanded(continuous={axis for axis, value in velocity.items() if value})
 
     def absolute(self, position: Mapping[str, float], speed: Mapping[str, float]) -> None:
         """AbsoluteMove; a lone pan or tilt keeps the other where it is."""
@@ -582,8 +582,8 @@ class OnvifPtzHead:
                 arguments["Speed"] = _vector(speed, {"pan": 1.0, "tilt": 1.0})
             return service.AbsoluteMove(**arguments)
 
-        self._commanded(stopped=tuple(position))
         self._ptz("AbsoluteMove", move)
+        self._commanded(stopped=tuple(position))
 
     def relative(self, translation: Mapping[str, float], speed: Mapping[str, float]) -> None:
         """RelativeMove; a missing axis of a pair moves by 0."""
@@ -597,19 +597,19 @@ class OnvifPtzHead:
                 arguments["Speed"] = _vector(speed, {"pan": 1.0, "tilt": 1.0})
             return service.RelativeMove(**arguments)
 
-        self._commanded(stopped=tuple(translation))
         self._ptz("RelativeMove", move)
+        self._commanded(stopped=tuple(translation))
 
     def stop(self, axes: tuple[str, ...]) -> None:
         """Stop: pan or tilt stops the PanTilt pair (ONVIF stops them together)."""
         pan_tilt = "pan" in axes or "tilt" in axes
-        self._commanded(stopped=("pan", "tilt", *axes) if pan_tilt else axes)
         self._ptz(
             "Stop",
             lambda service, profile: service.Stop(
                 ProfileToken=profile, PanTilt=pan_tilt, Zoom="zoom" in axes
             ),
         )
+        self._commanded(stopped=("pan", "tilt", *axes) if pan_tilt else axes)
 
     def presets(self) -> list[Preset]:
         """GetPresets, in the device's order."""
@@ -622,11 +622,11 @@ class OnvifPtzHead:
 
     def goto_preset(self, token: str) -> None:
         """GotoPreset."""
-        self._commanded(stopped=AXES)
         self._ptz(
             "GotoPreset",
             lambda service, profile: service.GotoPreset(ProfileToken=profile, PresetToken=token),
         )
+        self._commanded(stopped=AXES)
 
     def set_preset(self, name: str) -> str:
         """SetPreset of a new preset; the device issues the token."""
