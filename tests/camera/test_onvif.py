@@ -195,6 +195,20 @@ def test_a_failing_device_fails_alone(
     assert rig.error("ptz", {**move, "timeoutMs": 1000}, "bad") == code
     assert capture(rig, "bad")["failure"]["code"] == code
 
+    if mode == "silent":
+        # Not asked again within retryAfterMs: the next command fails at once, saying so,
+        # until sb/reconnect asks again.
+        calls = device.posts
+        with pytest.raises(CommandError) as paused:
+            presets(rig, "bad", operation="list")
+        assert "not asked again" in paused.value.message
+        assert device.posts == calls
+        rig.call("reconnect", {"requestId": rid()}, "bad")
+        with pytest.raises(CommandError) as asked:
+            presets(rig, "bad", operation="list")
+        assert "not asked again" not in asked.value.message
+        assert device.posts == calls + 1
+
     # The other camera is not held up by the failing one.
     assert "image" in capture(rig, "good")
     assert device.invalid == []

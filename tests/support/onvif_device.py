@@ -149,6 +149,8 @@ class OnvifDevice:
         self.calls: list[str] = []
         self.invalid: list[str] = []
         self.errors: list[str] = []
+        #: SOAP requests received, answered or not.
+        self.posts = 0
         self.refused = 0
         self.snapshots = 0
         self.ptz = PtzState()
@@ -229,6 +231,8 @@ class OnvifDevice:
     def _soap(self, handler: BaseHTTPRequestHandler) -> None:
         length = int(handler.headers.get("Content-Length") or 0)
         data = handler.rfile.read(length)
+        with self.lock:
+            self.posts += 1
         if self.mode == "silent":
             self._closed.wait(60)
             handler.close_connection = True

@@ -268,7 +268,7 @@ class OnvifBackend:
                 result = action(self._link)
             except SoapDeviceError as failure:
                 self._last_error = failure.message
-                if failure.code is ErrorCode.DEVICE_UNAVAILABLE:
+                if failure.code == ErrorCode.DEVICE_UNAVAILABLE:
                     self._down = (time.monotonic() + self.retry_after_s, failure.message)
                     self._drop()
                 raise
@@ -328,7 +328,7 @@ class OnvifBackend:
                 )
                 stream_uri = redacted_uri(str(stream.Uri))
             except SoapDeviceError as failure:
-                if failure.code is ErrorCode.DEVICE_UNAVAILABLE:
+                if failure.code == ErrorCode.DEVICE_UNAVAILABLE:
                     raise
                 warnings.append(f"no stream URI: {failure.message}")
             ptz = None
