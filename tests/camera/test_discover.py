@@ -178,3 +178,23 @@ def test_discover_over_ipv6_loopback(harness: CameraHarness, devices: list[Onvif
     assert [c["selector"]["endpoint"] for c in candidates] == [devices[0].endpoint]
     assert candidates[0]["vendor"] == "acme"
     assert responder.probes == 1
+
+
+def test_discover_by_multicast_on_loopback(
+    harness: CameraHarness, devices: list[OnvifDevice]
+) -> None:
+    # The probe goes to 239.255.255.250:3702 out of the loopback interface only.
+    responder = DiscoveryResponders([devices[0]], multicast=True)
+    try:
+        rig = harness.start(
+            component(devices, multicast=True, multicastInterface="127.0.0.1", probeAddresses=[])
+        )
+        candidates = rig.call("discover", {"timeoutMs": 1000})["candidates"]
+    finally:
+        responder.close()
+    # Other runs on this host may answer too: ours is the one with our endpoint.
+    ours = [c for c in candidates if c["selector"]["endpoint"] == devices[0].endpoint]
+    assert len(ours) == 1
+    assert ours[0]["vendor"] == "acme"
+    assert ours[0]["selector"]["uri"] == devices[0].uri
+    assert responder.probes >= 1

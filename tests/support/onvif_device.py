@@ -45,6 +45,8 @@ WSU = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utilit
 TER = "http://www.onvif.org/ver10/error"
 WSA = "http://schemas.xmlsoap.org/ws/2004/08/addressing"
 WSD = "http://schemas.xmlsoap.org/ws/2005/04/discovery"
+WSD_GROUP = "239.255.255.250"
+WSD_PORT = 3702
 USER = "onvif-user"
 PASSWORD = "onvif-test-password-value"
 
@@ -555,7 +557,13 @@ class DiscoveryResponders:
     answers a Probe for `devices[i % len(devices)]`, under the prefix /d{i} when `count` > 1
     (so each responder is a distinct device to the prober)."""
 
-    def __init__(self, devices: list[OnvifDevice], count: int = 1, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        devices: list[OnvifDevice],
+        count: int = 1,
+        host: str = "127.0.0.1",
+        multicast: bool = False,
+    ) -> None:
         self.devices = devices
         self.count = count
         self.host = host
@@ -566,7 +574,17 @@ class DiscoveryResponders:
             for _ in range(count):
                 sock = socket.socket(family, socket.SOCK_DGRAM)
                 self.sockets.append(sock)
-                sock.bind((host, 0))
+                if multicast:
+                    # The WS-Discovery group on the loopback interface only: a probe sent
+                    # with IP_MULTICAST_IF 127.0.0.1 reaches it and never leaves the host.
+                    # Several runs may listen at once (SO_REUSEADDR); each answers with its
+                    # own endpoints, which a test tells apart.
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    sock.bind((WSD_GROUP, WSD_PORT))
+                    membership = socket.inet_aton(WSD_GROUP) + socket.inet_aton(host)
+                    sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
+                else:
+                    sock.bind((host, 0))
         except OSError:
             for sock in self.sockets:
                 sock.close()

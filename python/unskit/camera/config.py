@@ -159,6 +159,8 @@ class CameraSettings:
     #: discovery.multicast and discovery.probeAddresses (host:port, unicast probes).
     discovery_multicast: bool = True
     discovery_addresses: tuple[str, ...] = ()
+    #: discovery.multicastInterface: the IPv4 address of the interface multicast leaves by.
+    discovery_interface: str | None = None
 
 
 def _profile(name: str, entry: Mapping[str, Any]) -> ProfileSpec:
@@ -326,4 +328,5 @@ def parse_settings(config: ComponentConfig) -> CameraSettings:
         report_unconfigured=bool(discovery.get("reportUnconfigured", False)),
         discovery_multicast=bool(discovery.get("multicast", True)),
         discovery_addresses=tuple(discovery.get("probeAddresses") or ()),
+        discovery_interface=discovery.get("multicastInterface"),
     )

@@ -78,7 +78,9 @@ class CameraService:
         self.sessions = CameraSessions(settings.cameras.values(), backend, self.pending.lock)
         self.ptz_stops = PtzStops()
         self.discovery = Discovery(
-            multicast=settings.discovery_multicast, addresses=settings.discovery_addresses
+            multicast=settings.discovery_multicast,
+            addresses=settings.discovery_addresses,
+            interface=settings.discovery_interface,
         )
         self.queries = CatalogQueries(self.catalog)
         announcer = Announcer(
