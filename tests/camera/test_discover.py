@@ -4,6 +4,7 @@ paged without a new probe, the bounds of the body, and one pass at a time."""
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -11,7 +12,13 @@ from typing import Any
 import pytest
 
 from tests.camera.conftest import CameraHarness, Rig, sim
-from tests.support.onvif_device import PASSWORD, USER, DiscoveryResponders, OnvifDevice
+from tests.support.onvif_device import (
+    PASSWORD,
+    USER,
+    DiscoveryResponders,
+    OnvifDevice,
+    probe_matches,
+)
 from tests.support.servers import wait_until
 
 
@@ -198,3 +205,43 @@ def test_discover_by_multicast_on_loopback(
     assert ours[0]["vendor"] == "acme"
     assert ours[0]["selector"]["uri"] == devices[0].uri
     assert responder.probes >= 1
+
+
+LAUGHS = (
+    b'<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaaaaaaaa">'
+    b'<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;"><!ENTITY c "&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;">]>'
+    b"<l>&c;</l>"
+)
+
+
+def test_malformed_and_foreign_answers_are_ignored(
+    harness: CameraHarness, devices: list[OnvifDevice]
+) -> None:
+    # A responder that answers each probe with garbage, an entity bomb, a ProbeMatches for
+    # another probe, and one with no XAddrs: the pass keeps only the real device.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(10)
+    answered = threading.Event()
+
+    def answer() -> None:
+        try:
+            _, sender = sock.recvfrom(65535)
+        except OSError:
+            return
+        other = probe_matches("urn:uuid:someone-else", devices[1])
+        for datagram in (b"\x00<not xml", LAUGHS, other, b"x" * 60_000):
+            sock.sendto(datagram, sender)
+        answered.set()
+
+    worker = threading.Thread(target=answer)
+    worker.start()
+    try:
+        bad = f"127.0.0.1:{sock.getsockname()[1]}"
+        rig = harness.start(component(devices, probeAddresses=[bad, devices[0].probe_address]))
+        candidates = rig.call("discover", {"timeoutMs": 2000})["candidates"]
+        assert answered.wait(5)
+    finally:
+        worker.join(15)
+        sock.close()
+    assert [c["vendor"] for c in candidates] == ["acme"]

@@ -270,6 +270,13 @@ def test_onvif_needs_a_uri_and_discovery_keys_are_checked(tmp_path: Path) -> Non
     }
     with pytest.raises(ConfigError):
         parse_settings(load(tmp_path, bad))
+    nothing = {
+        "cameras": [{"instance": "a", "backend": "sim"}],
+        "discovery": {"enabled": True, "multicast": False},
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_settings(load(tmp_path, nothing))
+    assert [issue.path for issue in caught.value.issues] == ["$.component.discovery.probeAddresses"]
     good = {
         "cameras": [{"instance": "a", "backend": "sim"}],
         "discovery": {"multicast": False, "probeAddresses": ["10.0.0.5", "[::1]:3702", "h:1"]},

@@ -246,10 +246,18 @@ def configuration_issues(config: ComponentConfig) -> list[ConfigIssue]:
                 issues.append(
                     ConfigIssue(f"{where}.captureProfile", f"unknown capture profile {profile!r}")
                 )
-    if (section.get("discovery") or {}).get("enabled"):
+    discovery = section.get("discovery") or {}
+    if discovery.get("enabled"):
         missing = _missing_extra("onvif")
         if missing is not None:
             issues.append(ConfigIssue("$.component.discovery.enabled", f"discovery: {missing}"))
+        if discovery.get("multicast") is False and not discovery.get("probeAddresses"):
+            issues.append(
+                ConfigIssue(
+                    "$.component.discovery.probeAddresses",
+                    "with multicast off, discovery needs at least one probe address",
+                )
+            )
     return issues
 
 

@@ -229,8 +229,13 @@ class Discovery:
         try:
             deadline = time.monotonic() + timeout_ms / 1000
             candidates: list[Candidate] = []
-            if "onvif" in set(backends):
-                candidates = self._probe(deadline)
+            if "onvif" in set(backends) and (self.multicast or self.targets):
+                try:
+                    candidates = self._probe(deadline)
+                except OSError as error:
+                    raise CommandError(
+                        ErrorCode.BACKEND_ERROR, f"discovery cannot open its UDP socket: {error}"
+                    ) from None
             done = DiscoveryPass(tuple(c.body() for c in candidates), now_ms())
             self._last = done
             return done
@@ -300,8 +305,11 @@ class Discovery:
                             # An ICMP unreachable from one address: the others still answer.
                             _log.debug("discovery: receive failed: %s", error)
                             continue
-                        answered.add((str(sender[0]), int(sender[1])))
-                        for candidate in _parse_matches(data, message_id):
+                        matches = _parse_matches(data, message_id)
+                        if matches:
+                            # Only a match to this probe counts as the address's answer.
+                            answered.add((str(sender[0]), int(sender[1])))
+                        for candidate in matches:
                             if len(found) < MAX_CANDIDATES and candidate.endpoint not in found:
                                 found[candidate.endpoint] = candidate
                                 asked.append(
