@@ -127,6 +127,12 @@ class PtzState:
     max_presets: int = 8
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's default backlog of 5 drops SYNs when discovery identifies 8 devices at
+    # once, and the kernel's 1 s retransmit would then be measured as ours.
+    request_queue_size = 128
+
+
 class OnvifDevice:
     """One ONVIF device at http://127.0.0.1:`port`/onvif/..., and its discovery responder."""
 
@@ -174,7 +180,7 @@ class OnvifDevice:
             def do_POST(self) -> None:
                 device._soap(self)
 
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.http = _Server(("127.0.0.1", 0), Handler)
         self.http.daemon_threads = True
         self.port = self.http.server_address[1]
         self._http_thread = threading.Thread(target=self.http.serve_forever, daemon=True)
