@@ -73,7 +73,13 @@ def test_capture_ptz_presets_and_capabilities(harness: CameraHarness, device: On
     assert "image" in body, body
     assert body["image"]["bytes"] > 0
     assert body["captureMode"] == "snapshot-uri"
-    assert body["camera"] == {"backend": "onvif", "vendor": "unskit-test", "model": "onvif-device"}
+    assert body["camera"] == {
+        "backend": "onvif",
+        "vendor": "unskit-test",
+        "model": "onvif-device",
+        "firmware": "1.0-test",
+        "serial": f"SN{device.port}",
+    }
     assert body["backendMetadata"]["onvifProfile"] == "main"
     assert device.snapshots >= 1
 

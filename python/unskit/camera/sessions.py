@@ -115,10 +115,11 @@ class CameraSession:
         return {**self.snapshot(True), "paused": self.paused}
 
     def camera_block(self) -> dict[str, Any]:
-        """The terminal body's camera object: backend, and vendor and model when known."""
+        """The terminal body's camera object: backend, and vendor, model, firmware and serial
+        when the backend knows them."""
         block: dict[str, Any] = {"backend": self.spec.backend}
         capabilities = self.capabilities()
-        for key in ("vendor", "model"):
+        for key in ("vendor", "model", "firmware", "serial"):
             if capabilities.get(key):
                 block[key] = capabilities[key]
         return block

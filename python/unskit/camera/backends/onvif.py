@@ -412,6 +412,7 @@ class OnvifBackend:
         }
         if link is not None:
             capabilities["firmware"] = link.firmware
+            capabilities["serial"] = link.serial
             capabilities["profileToken"] = link.profile
             capabilities["streamUri"] = link.stream_uri
         return capabilities
@@ -498,6 +499,7 @@ class OnvifPtzHead:
             if continuous is None:
                 self._continuous.difference_update(stopped or AXES)
             else:
+                self._continuous.difference_update(stopped)
                 self._continuous |= continuous
 
     def _ptz(self, what: str, action: Callable[[Any, str], _T]) -> _T:
@@ -563,7 +565,10 @@ class OnvifPtzHead:
                 ProfileToken=profile, Velocity=_vector(velocity, {})
             ),
         )
-        self._commanded(continuous={axis for axis, value in velocity.items() if value})
+        self._commanded(
+            continuous={axis for axis, value in velocity.items() if value},
+            stopped=tuple(axis for axis, value in velocity.items() if not value),
+        )
 
     def absolute(self, position: Mapping[str, float], speed: Mapping[str, float]) -> None:
         """AbsoluteMove; a lone pan or tilt keeps the other where it is."""
