@@ -17,10 +17,11 @@ import pytest
 from tests.camera.conftest import CameraHarness, Rig
 from tests.camera.test_config_and_codec import load
 from tests.support.onvif_device import PASSWORD, USER, OnvifDevice
-from tests.support.servers import wait_until
+from tests.support.servers import free_port, wait_until
 from unskit.camera.backends import missing_extra
 from unskit.camera.config import parse_settings
 from unskit.camera.discovery import parse_address
+from unskit.config.vault import Vault, VaultKey
 from unskit.errors import CommandError, ConfigError
 
 
@@ -295,3 +296,36 @@ def test_onvif_needs_a_uri_and_discovery_keys_are_checked(tmp_path: Path) -> Non
         ("::1", 3702),
         ("h", 1),
     ]
+
+
+def test_secret_credentials_and_a_device_that_is_gone(
+    harness: CameraHarness, device: OnvifDevice, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    key = VaultKey.generate()
+    key_file = tmp_path / "vault.key"
+    key_file.write_text(key.to_text())
+    vault_path = tmp_path / "vault.json"
+    Vault(vault_path, key).put("onvif", {"username": USER, "password": PASSWORD})
+    vaulted = onvif_camera("vaulted", device)
+    vaulted["connection"].update(
+        username={"$secret": "onvif", "field": "username"},
+        password={"$secret": "onvif", "field": "password"},
+    )
+    gone = {
+        "instance": "gone",
+        "backend": "onvif",
+        # Nothing listens on a port that was free a moment ago.
+        "connection": {"uri": f"http://127.0.0.1:{free_port()}/onvif/device_service"},
+    }
+    component = {"cameras": [vaulted, gone]}
+    document = harness.document(
+        component, credentials={"vaultPath": str(vault_path), "keyFile": str(key_file)}
+    )
+    rig = harness.start(component, document)
+    assert "image" in capture(rig, "vaulted")
+    assert presets(rig, "vaulted", operation="list")["presets"]
+    assert device.refused == 0
+    failed = capture(rig, "gone")["failure"]
+    assert failed["code"] == "DEVICE_UNAVAILABLE"
+    assert "cannot be reached" in failed["message"]
+    assert PASSWORD not in caplog.text
