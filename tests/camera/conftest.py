@@ -4,6 +4,7 @@ recorder of everything published under the test's topic root."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ class Rig:
     seen: Inbox
     document: dict[str, Any]
     output: Path
+    config_path: Path
 
     def call(
         self, verb: str, body: Mapping[str, Any] | None = None, instance: str | None = None
@@ -54,6 +56,12 @@ class Rig:
         except CommandError as error:
             return error.code
         raise AssertionError(f"sb/{verb} succeeded: {reply}")
+
+    def reload(self, document: Mapping[str, Any], request_id: str | None = None) -> dict[str, Any]:
+        """Writes `document` where the adapter reads its configuration and reloads it."""
+        self.config_path.write_text(json.dumps(document))
+        body = {"requestId": request_id or uuid.uuid4().hex}
+        return self.client.call("reload-config", body, timeout=30)
 
     def announcements(self, capture_id: str) -> list[tuple[str, Message]]:
         with self.seen.lock:
@@ -124,7 +132,7 @@ class CameraHarness:
         client = CommandClient.for_scope(messaging, runtime.topics)
         wait_until(lambda: inbox_answers(client), 10, "the inbox")
         output = Path(document["component"]["storage"]["outputRoot"])
-        return Rig(runtime, app, client, seen, document, output)
+        return Rig(runtime, app, client, seen, document, output, path)
 
     def stop(self, rig: Rig) -> None:
         rig.runtime.shutdown()

@@ -3,9 +3,11 @@ system Python (gst-rtsp-server through python3-gi; FFmpeg cannot serve RTSP to a
 
 from __future__ import annotations
 
+import select
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,8 +32,36 @@ factory.set_launch(
     " ! rtph264pay name=pay0 pt=96 config-interval=1 )"
 )
 server.get_mount_points().add_factory("/cam", factory)
+# A stream that freezes on a line on stdin: the moving ball becomes one still picture while
+# the encoder keeps sending (timestamps advance), losslessly, so every decoded frame is then
+# the same pixels (what a hung sensor behind a live encoder gives).
+sources = []
+def configure(factory, media):
+    sources.append(media.get_element().get_by_name("src"))
+freezing = GstRtspServer.RTSPMediaFactory.new()
+freezing.set_shared(True)
+freezing.set_launch(
+    "( videotestsrc name=src is-live=true pattern=ball"
+    " ! video/x-raw,width=320,height=240,framerate=10/1 ! videoconvert"
+    " ! x264enc tune=zerolatency speed-preset=ultrafast key-int-max=10 pass=quant quantizer=0"
+    " ! rtph264pay name=pay0 pt=96 config-interval=1 )"
+)
+freezing.connect("media-configure", configure)
+server.get_mount_points().add_factory("/freezing", freezing)
+loop = GLib.MainLoop()
+def on_stdin(channel, condition):
+    if not sys.stdin.readline():
+        loop.quit()
+        return False
+    for src in sources:
+        Gst.util_set_object_arg(src, "pattern", "solid-color")
+    print(f"frozen {len(sources)}", flush=True)
+    return True
+GLib.io_add_watch(
+    GLib.IOChannel.unix_new(0), GLib.PRIORITY_DEFAULT, GLib.IO_IN | GLib.IO_HUP, on_stdin
+)
 server.attach(None)
-GLib.MainLoop().run()
+loop.run()
 """
 
 
@@ -44,8 +74,26 @@ def _gst_rtsp_available() -> bool:
     return result.returncode == 0
 
 
+class RtspServer:
+    """The GStreamer RTSP server process: /cam (a moving ball) and /freezing."""
+
+    def __init__(self, process: subprocess.Popen[str], port: int) -> None:
+        self.process = process
+        self.port = port
+
+    def freeze(self) -> str:
+        """Freezes /freezing; the server's acknowledgement (how many streams froze)."""
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        self.process.stdin.write("freeze\n")
+        self.process.stdin.flush()
+        ready, _, _ = select.select([self.process.stdout], [], [], 10)
+        assert ready, "the RTSP server did not acknowledge the freeze"
+        return self.process.stdout.readline().strip()
+
+
 @pytest.fixture(scope="module")
-def rtsp_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def rtsp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RtspServer]:
     if not _gst_rtsp_available():
         pytest.fail(
             "gst-rtsp-server is not installed: apt-get install gir1.2-gst-rtsp-server-1.0 "
@@ -56,15 +104,25 @@ def rtsp_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     process = subprocess.Popen(
         ["/usr/bin/python3", str(script), str(port)],
-        stdout=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
         wait_until(lambda: port_open(port), 20, "the RTSP server")
-        yield f"rtsp://127.0.0.1:{port}/cam"
+        yield RtspServer(process, port)
     finally:
         process.kill()
         process.wait(5)
+        for pipe in (process.stdin, process.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+@pytest.fixture(scope="module")
+def rtsp_url(rtsp_server: RtspServer) -> str:
+    return f"rtsp://127.0.0.1:{rtsp_server.port}/cam"
 
 
 @pytest.fixture
@@ -74,11 +132,17 @@ def rig(harness: CameraHarness, rtsp_url: str) -> Rig:
             "cameras": [
                 {"instance": "stream", "backend": "rtsp-frame", "connection": {"uri": rtsp_url}},
                 {
+                    "instance": "freezing",
+                    "backend": "rtsp-frame",
+                    "connection": {"uri": rtsp_url.replace("/cam", "/freezing")},
+                },
+                {
                     "instance": "nowhere",
                     "backend": "rtsp-frame",
                     "connection": {"uri": f"rtsp://127.0.0.1:{free_port()}/cam"},
                 },
-            ]
+            ],
+            "captureProfiles": {"strict": {"freshness": "require"}},
         }
     )
 
@@ -106,3 +170,62 @@ def test_an_unreachable_stream_fails_before_its_timeout(rig: Rig) -> None:
     assert body["failure"]["code"] == "BACKEND_ERROR"
     assert body["failure"]["stage"] == "acquisition"
     assert body["durationsMs"]["total"] < 10_000
+
+
+def test_a_live_stream_is_fresh_by_its_presentation_timestamps(rig: Rig) -> None:
+    first = rig.call(
+        "capture", {"requestId": "l1", "captureProfile": "strict", "timeoutMs": 20_000}, "stream"
+    )
+    second = rig.call("capture", {"requestId": "l2", "captureProfile": "strict"}, "stream")
+    assert "image" in second
+    fresh = second["freshness"]
+    assert fresh["policy"] == "require"
+    assert (fresh["verdict"], fresh["method"]) == ("fresh", "presentation-timestamp")
+    evidence = fresh["evidence"]
+    assert evidence["previousCaptureId"] == first["captureId"]
+    assert evidence["presentationTimestampMs"] > evidence["previousPresentationTimestampMs"]
+    assert evidence["identicalToPrevious"] is False
+
+
+def test_a_stream_that_freezes_fails_as_stale_not_as_a_new_image(
+    rig: Rig, rtsp_server: RtspServer
+) -> None:
+    strict = {"captureProfile": "strict"}
+    rig.call("capture", {"requestId": "f0", "timeoutMs": 20_000, **strict}, "freezing")
+    moving = rig.call("capture", {"requestId": "f1", **strict}, "freezing")
+    assert "image" in moving
+    assert (moving["freshness"]["verdict"], moving["freshness"]["method"]) == (
+        "fresh",
+        "presentation-timestamp",
+    )
+    assert rtsp_server.freeze() == "frozen 1"
+    # Frames encoded before the freeze are still on their way: under warn, capture until one
+    # is stale (then the stream is frozen); none of them is a failure.
+    seen: list[dict[str, Any]] = []
+
+    def frozen() -> bool:
+        body = rig.call("capture", {"requestId": f"w{len(seen)}"}, "freezing")
+        assert "image" in body
+        seen.append(body)
+        return bool(body["freshness"]["verdict"] == "stale")
+
+    wait_until(frozen, 20, "the stream to freeze", interval=0.05)
+    assert seen[-1]["freshness"]["policy"] == "warn"
+    stale = rig.call("capture", {"requestId": "f2", **strict}, "freezing")
+    assert "image" not in stale
+    assert stale["failure"]["code"] == "STALE_FRAME"
+    assert stale["failure"]["stage"] == "acquisition"
+    fresh = stale["freshness"]
+    assert (fresh["policy"], fresh["verdict"], fresh["method"]) == (
+        "require",
+        "stale",
+        "content-hash",
+    )
+    evidence = fresh["evidence"]
+    # The transport moved on (new timestamps), the picture did not.
+    assert evidence["presentationTimestampMs"] > evidence["previousPresentationTimestampMs"]
+    assert evidence["identicalToPrevious"] is True
+    assert evidence["previousCaptureId"] == seen[-1]["captureId"]
+    assert evidence["contentSha256"] == seen[-1]["freshness"]["evidence"]["contentSha256"]
+    topic, _ = rig.announced(stale["captureId"])
+    assert topic.endswith("/app/image/failed")

@@ -25,8 +25,8 @@ USER, PASSWORD = "viewer", "s3cret-pw"
 REALM = "camera"
 
 
-def _image(kind: str) -> bytes:
-    rng = np.random.default_rng(3)
+def _image(kind: str, seed: int = 3) -> bytes:
+    rng = np.random.default_rng(seed)
     pixels = rng.integers(0, 255, (120, 160, 3), dtype=np.uint8)
     ok, encoded = cv2.imencode(kind, pixels)
     assert ok
@@ -34,16 +34,21 @@ def _image(kind: str) -> bytes:
 
 
 JPEG = _image(".jpg")
+DATED = "Tue, 24 Nov 2026 08:00:00 GMT"
 PNG = _image(".png")
 
 
 class Camera:
-    """An HTTP camera: /basic.jpg, /digest.jpg, /open.png, /slow.jpg, /broken.jpg."""
+    """An HTTP camera: /basic.jpg, /digest.jpg, /open.png, /slow.jpg, /broken.jpg, and for
+    freshness /live.jpg (a new picture and ETag each request), /cached.jpg (a cache in front
+    of the camera: the same picture and ETag) and /dated.jpg (the same picture with only a
+    Last-Modified that never changes)."""
 
     def __init__(self) -> None:
         self.release = threading.Event()
         self.nonce = secrets.token_hex(8)
         self.requests = 0
+        self.live = 0
         camera = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -62,6 +67,15 @@ class Camera:
                     camera.release.wait(30)
                 if self.path == "/broken.jpg":
                     return self.send(b"this is not an image", "image/jpeg")
+                if self.path == "/live.jpg":
+                    camera.live += 1
+                    return self.send(
+                        _image(".jpg", 100 + camera.live), "image/jpeg", ETag=f'"v{camera.live}"'
+                    )
+                if self.path == "/cached.jpg":
+                    return self.send(JPEG, "image/jpeg", ETag='"v1"', **{"Last-Modified": DATED})
+                if self.path == "/dated.jpg":
+                    return self.send(JPEG, "image/jpeg", **{"Last-Modified": DATED})
                 if self.path == "/open.png":
                     return self.send(PNG, "image/png")
                 if self.path in ("/basic.jpg", "/digest.jpg", "/slow.jpg"):
@@ -74,9 +88,11 @@ class Camera:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-            def send(self, data: bytes, content_type: str) -> None:
+            def send(self, data: bytes, content_type: str, **headers: str) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", content_type)
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -155,6 +171,9 @@ def rig(harness: CameraHarness, camera: Camera, tmp_path: Path) -> Rig:
             snap("png", "/open.png"),
             snap("slow", "/slow.jpg"),
             snap("broken", "/broken.jpg"),
+            snap("live", "/live.jpg"),
+            snap("cached", "/cached.jpg"),
+            snap("dated", "/dated.jpg"),
             # Nothing listens on a port that was free a moment ago.
             {
                 "instance": "gone",
@@ -162,7 +181,10 @@ def rig(harness: CameraHarness, camera: Camera, tmp_path: Path) -> Rig:
                 "connection": {"uri": f"http://127.0.0.1:{free_port()}/x.jpg"},
             },
         ],
-        "captureProfiles": {"reencode": {"storeAsReceived": False, "quality": 50}},
+        "captureProfiles": {
+            "reencode": {"storeAsReceived": False, "quality": 50},
+            "strict": {"freshness": "require"},
+        },
     }
     document = harness.document(
         component, credentials={"vaultPath": str(vault_path), "keyFile": str(key_file)}
@@ -231,3 +253,38 @@ def test_a_camera_that_does_not_answer_times_out(rig: Rig, camera: Camera) -> No
     assert body["failure"]["code"] == "CAPTURE_TIMEOUT"
     assert body["durationsMs"]["total"] < 5000
     camera.release.set()
+
+
+# (camera, method that decides the second capture, verdict, outcome under require)
+FRESHNESS = [
+    ("live", "etag", "fresh", None),
+    ("cached", "etag", "stale", "STALE_FRAME"),
+    ("dated", "content-hash", "stale", "STALE_FRAME"),
+]
+
+
+@pytest.mark.parametrize(("instance", "method", "verdict", "code"), FRESHNESS)
+def test_snapshot_freshness(
+    rig: Rig, instance: str, method: str, verdict: str, code: str | None
+) -> None:
+    strict = {"captureProfile": "strict"}
+    first = rig.call("capture", {"requestId": f"{instance}-1", **strict}, instance)
+    assert "image" in first
+    second = rig.call("capture", {"requestId": f"{instance}-2", **strict}, instance)
+    fresh = second["freshness"]
+    assert (fresh["method"], fresh["verdict"]) == (method, verdict)
+    evidence = fresh["evidence"]
+    assert evidence["previousCaptureId"] == first["captureId"]
+    if code is None:
+        assert "image" in second
+        assert evidence["etag"] != evidence["previousEtag"]
+        assert evidence["identicalToPrevious"] is False
+    else:
+        assert second["failure"]["code"] == code
+        assert "image" not in second
+        assert evidence["identicalToPrevious"] is True
+        assert evidence["lastModified"] == evidence["previousLastModified"] == DATED
+        if method == "etag":
+            assert evidence["etag"] == evidence["previousEtag"] == '"v1"'
+        topic, _ = rig.announced(second["captureId"])
+        assert topic.endswith("/app/image/failed")

@@ -477,4 +477,6 @@ def test_error_codes_are_the_specifications() -> None:
         "PREVIOUS_OUTCOME_UNKNOWN",
         "COMPONENT_STOPPING",
     }
-    assert len(ErrorCode) == 26
+    # The specification's 26, and STALE_FRAME (camera capture freshness, beyond the spec).
+    assert len(ErrorCode) == 27
+    assert ErrorCode.STALE_FRAME.value == "STALE_FRAME"

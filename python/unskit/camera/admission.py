@@ -14,7 +14,7 @@ from typing import Any
 
 from unskit.camera.announcements import Announcer
 from unskit.camera.catalog import Catalog, GroupRecord
-from unskit.camera.config import BACKEND_MODES, CameraSettings, ProfileSpec
+from unskit.camera.config import CameraSettings, ProfileSpec, capture_mode
 from unskit.camera.jobs import Job, JobState, new_id, now_ms
 from unskit.camera.pending import PendingCapture, PendingCaptures
 from unskit.camera.queries import CatalogQueries
@@ -74,6 +74,11 @@ class Admission:
         self._announcer = announcer
         self._stopping = stopping
 
+    def reconfigure(self, settings: CameraSettings) -> None:
+        """New requests follow `settings` (profiles, timeouts, limits)."""
+        self._settings = settings
+        self._limits = settings.limits
+
     # -- requests -----------------------------------------------------------------------------
 
     def profile(self, session: CameraSession, name: str | None) -> ProfileSpec:
@@ -84,7 +89,7 @@ class Admission:
             raise CommandError(
                 ErrorCode.UNKNOWN_CAPTURE_PROFILE, f"no capture profile named {name!r}"
             )
-        mode = BACKEND_MODES[session.spec.backend]
+        mode = capture_mode(session.spec)
         if profile.capture_mode is not None and profile.capture_mode != mode:
             raise CommandError(
                 ErrorCode.UNSUPPORTED_CAPABILITY,
@@ -147,6 +152,7 @@ class Admission:
                     job,
                     frame_bytes(self._sessions.get(job.camera)),
                     started + job.timeout_ms / 1000,
+                    profile=self._settings.profiles.get(job.profile),
                 )
                 for job in jobs
             ]
@@ -205,7 +211,7 @@ class Admission:
             state=JobState.ACCEPTED,
             trigger=dict(request.trigger),
             profile=request.profile,
-            capture_mode=BACKEND_MODES[self._sessions.get(request.camera).spec.backend],
+            capture_mode=capture_mode(self._sessions.get(request.camera).spec),
             timeout_ms=request.timeout_ms,
             accepted_ms=accepted_ms,
             correlation_id=request.correlation_id,

@@ -64,6 +64,7 @@ def terminal_body(
     image: Mapping[str, Any] | None = None,
     failure: Mapping[str, Any] | None = None,
     marks: Mapping[str, int] | None = None,
+    freshness: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The terminal capture body: the settled reply, the status result and the announcement."""
     marks = marks or {}
@@ -92,6 +93,8 @@ def terminal_body(
         body["groupSize"] = job.group_size
     if acquired is not None and acquired.backend_metadata:
         body["backendMetadata"] = dict(acquired.backend_metadata)
+    if freshness is not None:
+        body["freshness"] = dict(freshness)
     return body
 
 
@@ -101,6 +104,7 @@ def sidecar(
     acquired: Acquired,
     data: bytes,
     camera: Mapping[str, Any],
+    freshness: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The metadata sidecar written beside the image (its digest is the image's business)."""
     width, height = jpeg_dimensions(data) or (acquired.frame.width, acquired.frame.height)
@@ -123,4 +127,5 @@ def sidecar(
         "frame": _frame(acquired),
         "camera": dict(camera),
         "metadata": dict(job.metadata),
+        **({"freshness": dict(freshness)} if freshness is not None else {}),
     }

@@ -9,6 +9,7 @@ from typing import Any
 
 from unskit.camera.admission import CaptureRequest
 from unskit.camera.catalog import GroupRecord
+from unskit.camera.config import CameraSettings
 from unskit.camera.jobs import Job, JobState, group_state, new_id, now_ms, rfc3339
 from unskit.camera.pages import Pages, snapshot_owner
 from unskit.camera.service import CameraService
@@ -50,8 +51,12 @@ class CaptureVerbs:
 
     def __init__(self, service: CameraService, pages: Pages) -> None:
         self.service = service
-        self.settings = service.settings
         self._pages = pages
+
+    @property
+    def settings(self) -> CameraSettings:
+        """The running settings (a reload replaces them)."""
+        return self.service.settings
 
     def verbs(self) -> list[Verb]:
         """The six capture verbs, in the specification's order."""

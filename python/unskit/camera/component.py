@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from unskit.camera.config import TOKEN, component_schema, configuration_issues, parse_settings
 from unskit.camera.service import CameraService
 from unskit.camera.verbs import CameraVerbs
+from unskit.commands.verbs import ReloadOutcome
 from unskit.config.model import ComponentConfig
 from unskit.errors import ConfigIssue
 from unskit.runtime.component import Runtime
@@ -44,6 +45,7 @@ class CameraAdapter:
             events=runtime.events,
             secrets=runtime.config.secrets() if runtime.config.credentials is not None else None,
             ipc=runtime.config.messaging.ipc,
+            publish_watch=runtime.publish_watch,
         )
         self.service = service
         service.start()
@@ -56,6 +58,14 @@ class CameraAdapter:
         _log.info(
             "%d cameras; images under %s", len(service.sessions), settings.storage.output_root
         )
+
+    def reconfigure(self, config: ComponentConfig) -> ReloadOutcome:
+        """Applies a changed configuration live, per camera (ConfigError rejects it whole
+        and keeps the running one)."""
+        assert self.service is not None
+        settings = parse_settings(config)
+        secrets = config.secrets() if config.credentials is not None else None
+        return self.service.reconfigure(settings, secrets)
 
     def drain(self) -> None:
         """Fails the backlog with COMPONENT_STOPPING and lets in-flight captures finish."""

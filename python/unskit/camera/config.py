@@ -26,6 +26,7 @@ __all__ = [
     "PtzSpec",
     "ScheduleSpec",
     "StorageSpec",
+    "capture_mode",
     "component_schema",
     "configuration_issues",
     "parse_settings",
@@ -46,6 +47,18 @@ BACKEND_MODES = {
     "rtsp-frame": "rtsp-frame",
     "onvif": "snapshot-uri",
 }
+#: How a capture profile treats a frame that is provably the previous capture's.
+FRESHNESS_POLICIES = ("require", "warn", "off")
+DEFAULT_FRESHNESS = "warn"
+DEFAULT_MAX_QUEUED_EVENTS = 256
+DEFAULT_STORAGE_CHECK_MS = 5_000
+
+
+def capture_mode(spec: CameraSpec) -> str:
+    """The captureMode a camera's frames are reported with (a sim camera may be triggered)."""
+    if spec.backend == "sim":
+        return str(spec.connection.get("captureMode", "simulated"))
+    return BACKEND_MODES[spec.backend]
 
 
 @functools.cache
@@ -65,6 +78,7 @@ class ProfileSpec:
     store_as_received: bool = True
     timeout_ms: int | None = None
     thumbnail_size: str | None = None
+    freshness: str = DEFAULT_FRESHNESS
 
 
 @dataclass(frozen=True)
@@ -128,6 +142,7 @@ class StorageSpec:
     state_min_free_bytes: int = 16 * MIB
     fsync: bool = True
     sidecar: bool = True
+    check_interval_ms: int = DEFAULT_STORAGE_CHECK_MS
 
 
 @dataclass(frozen=True)
@@ -154,6 +169,7 @@ class CameraSettings:
     job_terminal_ms: int = DEFAULT_JOB_TERMINAL_MS
     retention: CatalogRetention = field(default_factory=CatalogRetention)
     capture_lifecycle_events: bool = False
+    max_queued_events: int = DEFAULT_MAX_QUEUED_EVENTS
     discovery_enabled: bool = False
     report_unconfigured: bool = False
     #: discovery.multicast and discovery.probeAddresses (host:port, unicast probes).
@@ -173,6 +189,7 @@ def _profile(name: str, entry: Mapping[str, Any]) -> ProfileSpec:
         store_as_received=bool(entry.get("storeAsReceived", True)),
         timeout_ms=entry.get("timeoutMs"),
         thumbnail_size=thumb.get("size"),
+        freshness=str(entry.get("freshness", DEFAULT_FRESHNESS)),
     )
 
 
@@ -235,6 +252,15 @@ def configuration_issues(config: ComponentConfig) -> list[ConfigIssue]:
             camera.get("connection") or {}
         ).get("uri"):
             issues.append(ConfigIssue(f"{path}.connection.uri", f"{camera['backend']} needs a uri"))
+        mode = (camera.get("connection") or {}).get("captureMode")
+        if mode is not None and camera.get("backend") != "sim":
+            issues.append(
+                ConfigIssue(
+                    f"{path}.connection.captureMode",
+                    f"only a sim camera chooses its captureMode; {camera.get('backend')} "
+                    "captures in its own",
+                )
+            )
         schedule_ids: set[str] = set()
         for position, schedule in enumerate(camera.get("schedules") or ()):
             where = f"{path}.schedules[{position}]"
@@ -311,6 +337,9 @@ def parse_settings(config: ComponentConfig) -> CameraSettings:
         ),
         fsync=storage_section.get("fsync", storage_defaults.fsync),
         sidecar=storage_section.get("sidecar", storage_defaults.sidecar),
+        check_interval_ms=storage_section.get(
+            "checkIntervalMs", storage_defaults.check_interval_ms
+        ),
     )
     retention_section = (section.get("catalog") or {}).get("retention") or {}
     retention_defaults = CatalogRetention()
@@ -331,6 +360,9 @@ def parse_settings(config: ComponentConfig) -> CameraSettings:
         retention=retention,
         capture_lifecycle_events=bool(
             (glob.get("operatorEvents") or {}).get("captureLifecycle", False)
+        ),
+        max_queued_events=(glob.get("operatorEvents") or {}).get(
+            "maxQueuedEvents", DEFAULT_MAX_QUEUED_EVENTS
         ),
         discovery_enabled=bool(discovery.get("enabled", False)),
         report_unconfigured=bool(discovery.get("reportUnconfigured", False)),

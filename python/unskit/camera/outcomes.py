@@ -108,6 +108,7 @@ class Outcomes:
             image=image,
             failure=failure,
             marks=capture.marks,
+            freshness=capture.freshness,
         )
         if state is JobState.CANCELLED:
             job.error_code = ErrorCode.CAPTURE_CANCELLED.value
@@ -125,7 +126,9 @@ class Outcomes:
     def after_settle(self, capture: PendingCapture) -> None:
         """After the commit: frees admission, announces once, settles the held replies."""
         job = capture.job
-        self._pending.queues[job.camera].remove(capture)
+        queue = self._pending.queues.get(job.camera)
+        if queue is not None:  # None: the camera was removed by a reload
+            queue.remove(capture)
         complete = self._pending.release(capture)
         self._metrics.counter("captures", "terminal", {"state": job.state.value}).inc()
         self._announcer.terminal(job, capture.thumbnail)

@@ -20,7 +20,7 @@ from typing import Any
 
 from unskit.camera.catalog import GroupRecord
 from unskit.camera.codec import Thumbnail
-from unskit.camera.config import Limits
+from unskit.camera.config import Limits, ProfileSpec
 from unskit.camera.jobs import IN_FLIGHT, Job, JobState
 
 __all__ = ["DispatchQueue", "PendingCapture", "PendingCaptures", "PendingGroup"]
@@ -45,6 +45,10 @@ class PendingCapture:
     waiters: list[Reply] = field(default_factory=list)
     marks: dict[str, int] = field(default_factory=dict)
     thumbnail: Thumbnail | None = None
+    #: The body's `freshness` object, once the frame was judged.
+    freshness: Mapping[str, Any] | None = None
+    #: The profile as it was at admission (a reload applies profile changes to new captures).
+    profile: ProfileSpec | None = None
 
 
 @dataclass
@@ -62,6 +66,7 @@ class DispatchQueue:
     def __init__(self) -> None:
         self._queue: deque[PendingCapture] = deque()
         self._ready = threading.Condition()
+        self._closed = False
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -77,11 +82,17 @@ class DispatchQueue:
     def take(self, stopping: threading.Event) -> PendingCapture | None:
         """The oldest capture, waiting for one; None once stopping and empty."""
         with self._ready:
-            while not self._queue and not stopping.is_set():
+            while not self._queue and not stopping.is_set() and not self._closed:
                 self._ready.wait()
-            if stopping.is_set() and not self._queue:
+            if self._closed or (stopping.is_set() and not self._queue):
                 return None
             return self._queue.popleft()
+
+    def close(self) -> None:
+        """Ends the dispatcher's loop (its camera was removed by a reload)."""
+        with self._ready:
+            self._closed = True
+            self._ready.notify_all()
 
     def remove(self, capture: PendingCapture) -> None:
         """Takes a capture out if it is still queued."""
@@ -98,7 +109,8 @@ class PendingCaptures:
     """The in-memory table of pending captures, against limits.maxInFlightBytes."""
 
     def __init__(self, limits: Limits, instances: Iterable[str]) -> None:
-        self._limits = limits
+        #: Replaced by a reload; read at each check.
+        self.limits = limits
         #: Admission holds this while it checks the ceilings and commits the jobs.
         self.lock = threading.Lock()
         self._captures: dict[str, PendingCapture] = {}
@@ -163,11 +175,17 @@ class PendingCaptures:
         with self.lock:
             return self._captures.get(capture_id)
 
-    def in_states(self, states: Iterable[JobState]) -> list[PendingCapture]:
-        """Pending captures in `states`."""
+    def in_states(
+        self, states: Iterable[JobState], camera: str | None = None
+    ) -> list[PendingCapture]:
+        """Pending captures in `states` (of one camera when given)."""
         wanted = set(states)
         with self.lock:
-            return [c for c in self._captures.values() if c.job.state in wanted]
+            return [
+                c
+                for c in self._captures.values()
+                if c.job.state in wanted and (camera is None or c.job.camera == camera)
+            ]
 
     def ids(self, instance: str | None, states: Iterable[JobState]) -> list[str]:
         """captureIds of pending captures in `states` (of one camera when given)."""
@@ -191,7 +209,7 @@ class PendingCaptures:
     def hold_budget(self, capture: PendingCapture, stopping: threading.Event) -> bool:
         """Waits until the capture's frame fits limits.maxInFlightBytes (or its deadline)."""
         with self.lock:
-            limit = self._limits.max_in_flight_bytes
+            limit = self.limits.max_in_flight_bytes
             while self._in_flight_bytes + capture.frame_bytes > limit:
                 remaining = capture.deadline - time.monotonic()
                 if capture.done or remaining <= 0 or stopping.is_set():

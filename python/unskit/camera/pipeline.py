@@ -17,7 +17,7 @@ from unskit.camera.backends import Acquired
 from unskit.camera.bodies import sidecar
 from unskit.camera.catalog import Catalog
 from unskit.camera.codec import encode_jpeg, thumbnail
-from unskit.camera.config import CameraSettings
+from unskit.camera.config import CameraSettings, ProfileSpec
 from unskit.camera.jobs import NON_TERMINAL, STAGES, JobState, now_ms
 from unskit.camera.outcomes import Outcomes
 from unskit.camera.pending import PendingCapture, PendingCaptures
@@ -25,6 +25,7 @@ from unskit.camera.sessions import CameraSession
 from unskit.camera.storage import Storage
 from unskit.commands.codes import ErrorCode
 from unskit.errors import CaptureError
+from unskit.runtime.metrics import MetricsRegistry
 
 __all__ = ["CapturePipeline"]
 
@@ -43,9 +44,11 @@ class CapturePipeline:
         catalog: Catalog,
         storage: Storage,
         announcer: Announcer,
+        metrics: MetricsRegistry,
         stopping: threading.Event,
         ipc: bool,
     ) -> None:
+        self._metrics = metrics
         self._settings = settings
         self._pending = pending
         self._outcomes = outcomes
@@ -66,11 +69,17 @@ class CapturePipeline:
             if capture.done:
                 continue
             remaining = capture.deadline - time.monotonic()
-            if not self._slots.acquire(timeout=max(remaining, 0.0)):
+            # A reload may replace the semaphore: the slot goes back where it was taken.
+            slots = self._slots
+            if not slots.acquire(timeout=max(remaining, 0.0)):
                 continue  # the deadline watchdog fails it
             try:
+                # A reload restarting this camera waits for the capture in hand, and
+                # the next one waits for the restarted camera.
+                session.ready.wait(max(capture.deadline - time.monotonic(), 0.0))
                 if self._pending.hold_budget(capture, self._stopping):
-                    self._process(session, capture)
+                    with session.in_use:
+                        self._process(session, capture)
             except Exception:
                 _log.exception("capture %s failed unexpectedly", capture.job.capture_id)
                 self._outcomes.fail(
@@ -82,7 +91,7 @@ class CapturePipeline:
                     ),
                 )
             finally:
-                self._slots.release()
+                slots.release()
 
     def _advance(self, capture: PendingCapture, to: JobState) -> bool:
         with capture.lock:
@@ -107,6 +116,8 @@ class CapturePipeline:
             return
         session.record_success()
         capture.marks["acquired"] = now_ms()
+        if not self._fresh(session, capture, acquired):
+            return
         if not self._advance(capture, JobState.ENCODING):
             return
         data = self._encode(capture, acquired)
@@ -114,9 +125,41 @@ class CapturePipeline:
             return
         self._persist(session, capture, acquired, data)
 
+    def reconfigure(self, settings: CameraSettings) -> None:
+        """New captures follow `settings` (profiles, limits, storage); captures in flight
+        finish as they began."""
+        if settings.limits.max_concurrent_captures != self._settings.limits.max_concurrent_captures:
+            self._slots = threading.BoundedSemaphore(settings.limits.max_concurrent_captures)
+        self._settings = settings
+
+    def _profile(self, capture: PendingCapture) -> ProfileSpec:
+        if capture.profile is not None:
+            return capture.profile
+        return self._settings.profiles[capture.job.profile]
+
+    def _fresh(self, session: CameraSession, capture: PendingCapture, acquired: Acquired) -> bool:
+        """Judges the frame's freshness; False when the capture failed as STALE_FRAME."""
+        profile = self._profile(capture)
+        judgement = session.freshness.judge(capture.job.capture_id, acquired, profile.freshness)
+        capture.freshness = judgement.body
+        if not judgement.stale:
+            return True
+        self._metrics.counter("captures", "staleFrames", {"camera": session.instance}).inc()
+        method = judgement.body["method"]
+        previous = judgement.body["evidence"].get("previousCaptureId")
+        message = f"the frame is provably {previous}'s again (by {method})"
+        if profile.freshness != "require":
+            _log.warning("capture %s: %s; profile %s only warns", capture.job.capture_id,
+                         message, profile.name)  # fmt: skip
+            return True
+        self._outcomes.fail(
+            capture, CaptureError(ErrorCode.STALE_FRAME, "acquisition", message), acquired
+        )
+        return False
+
     def _encode(self, capture: PendingCapture, acquired: Acquired) -> bytes | None:
         """The image to store (and the thumbnail), or None when the capture failed."""
-        profile = self._settings.profiles[capture.job.profile]
+        profile = self._profile(capture)
         try:
             if acquired.encoded is not None and profile.store_as_received:
                 data = acquired.encoded
@@ -142,7 +185,9 @@ class CapturePipeline:
         job = capture.job
         meta = None
         if self._settings.storage.sidecar:
-            meta = sidecar(job, capture.marks, acquired, data, session.camera_block())
+            meta = sidecar(
+                job, capture.marks, acquired, data, session.camera_block(), capture.freshness
+            )
         try:
             staged = self._storage.stage(
                 job.camera, job.capture_id, data, "jpg", meta, job.accepted_ms

@@ -136,6 +136,15 @@ class PtzStops:
         except Exception as error:
             _log.warning("camera %s: the armed PTZ stop failed: %s", instance, error)
 
+    def stop_now(self, instance: str) -> None:
+        """Fires the camera's armed stop at once (a reload restarts or removes it: its head
+        must not be left moving)."""
+        with self._lock:
+            armed = self._armed.get(instance)
+        if armed is not None:
+            armed[0].cancel()
+            armed[0].function(*armed[0].args)
+
     def close(self) -> None:
         """Cancels every armed stop."""
         with self._lock:

@@ -28,7 +28,7 @@ class QueueAdministration:
         catalog: Catalog,
         outcomes: Outcomes,
     ) -> None:
-        self._limits = limits
+        self.limits = limits
         self._sessions = sessions
         self._pending = pending
         self._catalog = catalog
@@ -37,11 +37,11 @@ class QueueAdministration:
     def admission(self) -> dict[str, Any]:
         """What is free right now."""
         in_flight, reserved = self._pending.usage()
-        available = max(self._limits.max_concurrent_captures - in_flight, 0)
+        available = max(self.limits.max_concurrent_captures - in_flight, 0)
         return {
             "availableAcquisitions": available,
             "availableResourceGroupAcquisitions": {},
-            "availableMemoryBytes": max(self._limits.max_in_flight_bytes - reserved, 0),
+            "availableMemoryBytes": max(self.limits.max_in_flight_bytes - reserved, 0),
             "outstandingDiskBytes": reserved,
             "availableEncoders": available,
             "availableWriters": available,
@@ -49,7 +49,7 @@ class QueueAdministration:
 
     def status(self, instance: str | None) -> dict[str, Any]:
         """The sb/queue-status reply, of one camera or (None) the whole component."""
-        limits = self._limits
+        limits = self.limits
         names = [instance] if instance else list(self._sessions.names())
         cameras = [
             {

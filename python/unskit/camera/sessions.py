@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from unskit.camera.backends import Backend
-from unskit.camera.config import BACKEND_MODES, CameraSpec
+from unskit.camera.config import CameraSpec, capture_mode
+from unskit.camera.freshness import FreshnessMemory
 from unskit.camera.jobs import now_ms, rfc3339
 from unskit.commands.codes import ErrorCode
 from unskit.errors import CommandError
@@ -33,6 +34,26 @@ class CameraSession:
         self.connected_ms: int | None = now_ms() if backend is not None else None
         self.last_error: str | None = None
         self.updated_ms = now_ms()
+        #: The previous capture's frame, that the next one is judged fresh against.
+        self.freshness = FreshnessMemory()
+        #: Held by the dispatcher while it runs a capture; a reload restarting the camera
+        #: takes it to swap the backend between captures.
+        self.in_use = threading.Lock()
+        #: Cleared while a reload restarts the camera: the dispatcher starts no capture
+        #: (a lock alone would let it take the camera straight back after each capture).
+        self.ready = threading.Event()
+        self.ready.set()
+
+    def restart(self, spec: CameraSpec, backend: Backend | None) -> Backend | None:
+        """Takes a changed configuration (the caller holds `in_use`); the old backend, for
+        the caller to close. The pause flag is kept: it is the operator's, not the file's."""
+        old, self.spec, self.backend = self.backend, spec, backend
+        self.generation += 1
+        self.connected_ms = now_ms() if backend is not None else None
+        self.last_error = None
+        self.updated_ms = now_ms()
+        self.freshness.forget()
+        return old
 
     @property
     def instance(self) -> str:
@@ -77,7 +98,7 @@ class CameraSession:
     def _backend_capabilities(self) -> dict[str, Any]:
         if self.backend is not None:
             return dict(self.backend.capabilities())
-        mode = BACKEND_MODES[self.spec.backend]
+        mode = capture_mode(self.spec)
         return {
             "captureModes": [mode],
             "ptz": False,
@@ -200,6 +221,18 @@ class CameraSessions:
         session.generation += 1
         session.connected_ms = now_ms()
         session.updated_ms = now_ms()
+
+    def add(self, session: CameraSession) -> None:
+        """A camera a reload added (order follows `reorder`)."""
+        self._sessions[session.instance] = session
+
+    def remove(self, instance: str) -> CameraSession:
+        """A camera a reload removed."""
+        return self._sessions.pop(instance)
+
+    def reorder(self, instances: Iterable[str]) -> None:
+        """Lists the cameras in the configuration's order."""
+        self._sessions = {name: self._sessions[name] for name in instances}
 
     def close(self) -> None:
         """Closes every backend."""

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from unskit.camera.capture_verbs import CaptureVerbs
+from unskit.camera.config import CameraSettings
 from unskit.camera.discover_verb import discover_verb
 from unskit.camera.jobs import new_id
 from unskit.camera.pages import Pages, snapshot_owner
@@ -36,8 +37,12 @@ class CameraVerbs:
 
     def __init__(self, service: CameraService) -> None:
         self.service = service
-        self.settings = service.settings
         self._pages = Pages()
+
+    @property
+    def settings(self) -> CameraSettings:
+        """The running settings (a reload replaces them)."""
+        return self.service.settings
 
     def verbs(self) -> list[Verb]:
         """Every verb of the camera adapter, the not-yet-built ones disabled with a reason."""

@@ -42,6 +42,8 @@ class ErrorCode(str, Enum):
     PTZ_TIMEOUT = "PTZ_TIMEOUT"
     COMPONENT_STOPPING = "COMPONENT_STOPPING"
     BACKEND_ERROR = "BACKEND_ERROR"
+    #: Camera adapter, beyond the spec: the frame is provably the previous capture's.
+    STALE_FRAME = "STALE_FRAME"
 
     def __str__(self) -> str:
         return self.value

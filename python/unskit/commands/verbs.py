@@ -65,15 +65,21 @@ class ReloadOutcome:
     stopped: Sequence[str] = ()
     kept: Sequence[str] = ()
     skipped: Sequence[str] = ()
+    #: Sections changed beyond the instances (the camera adapter's captureProfiles, limits,
+    #: ...); in the body only when there are any.
+    changed: Sequence[str] = ()
 
     def to_body(self) -> dict[str, list[str]]:
         """The reload-config reply body and the config-applied event context."""
-        return {
+        body = {
             "started": list(self.started),
             "stopped": list(self.stopped),
             "kept": list(self.kept),
             "skipped": list(self.skipped),
         }
+        if self.changed:
+            body["changed"] = list(self.changed)
+        return body
 
 
 @dataclass(frozen=True)

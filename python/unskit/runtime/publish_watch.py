@@ -8,6 +8,11 @@ since the previous check (QoS 0 while down, or refused by a full queue). The ala
 at the first check that finds every link up, at most `BACKLOG_RECOVERED` unacknowledged and
 nothing lost: an outage keeps it raised, however quiet.
 
+A component may also report its own messages (`report`): the camera adapter reports a
+terminal capture message that could not be published, and its next one that was. A reported
+failure raises the alarm at once; it clears once every reporter succeeded again and the
+links are healthy.
+
 The alarm is a component-scope warning on ``.../evt/warning/message-publish-degraded``,
 published through `Events` (a raise made while the local link is down waits in the
 client's queue with the rest) and logged at once, since a subscriber sees it only later.
@@ -16,7 +21,8 @@ client's queue with the rest) and logged at once, since a subscriber sees it onl
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import threading
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from unskit.errors import UnskitError
@@ -62,12 +68,31 @@ class PublishWatch(PeriodicWatch):
         self._links = tuple(links)
         # Losses counted before the watch started are not its to report.
         self._failures = {name: self._status(name).failures for name in self._links}
+        # Reporters whose own messages failed: source -> what they said.
+        self._sources: dict[str, dict[str, Any]] = {}
+        # The periodic check and a reporter's check never interleave.
+        self._lock = threading.Lock()
+
+    def report(self, source: str, problem: Mapping[str, Any] | None) -> None:
+        """A component's own publishing: `problem` when a message of `source` failed (raises
+        the alarm now), None when one succeeded (clears it if nothing else is degraded)."""
+        with self._lock:
+            if problem is None:
+                if self._sources.pop(source, None) is None:
+                    return
+            else:
+                self._sources[source] = dict(problem)
+            self._check_locked()
 
     def _status(self, name: str) -> PublishStatus:
         return self._messaging.publish_status(northbound=name == "northbound")
 
     def check(self) -> None:
         """One check of every link: raise, clear or leave the alarm."""
+        with self._lock:
+            self._check_locked()
+
+    def _check_locked(self) -> None:
         report: dict[str, dict[str, Any]] = {}
         degraded = False
         recovered = True
@@ -80,8 +105,12 @@ class PublishWatch(PeriodicWatch):
             recovered = recovered and (
                 status.connected and status.backlog <= BACKLOG_RECOVERED and lost == 0
             )
+        degraded = degraded or bool(self._sources)
+        recovered = recovered and not self._sources
         raised = self._events.is_raised(PUBLISH_DEGRADED)
-        context = {"links": report}
+        context: dict[str, Any] = {"links": report}
+        if self._sources:
+            context["sources"] = {name: dict(value) for name, value in self._sources.items()}
         try:
             if degraded and not raised:
                 _log.warning("publishing degraded (%s): raising %s", report, PUBLISH_DEGRADED)

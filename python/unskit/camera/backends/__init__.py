@@ -39,6 +39,11 @@ class Acquired:
     camera_frame_at_ms: int | None = None
     frame_received_at_ms: int = 0
     backend_metadata: Mapping[str, Any] = field(default_factory=dict)
+    #: What the backend knows about the frame's freshness (freshness.py reads it):
+    #: session and presentationTimestampMs (a stream), etag and lastModified (HTTP),
+    #: frameCounter (a camera's own counter), triggerId, frameTriggerId and triggerToFrameMs
+    #: (a software trigger).
+    freshness: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

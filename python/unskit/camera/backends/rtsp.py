@@ -58,6 +58,8 @@ class RtspBackend:
         self._cond = threading.Condition()
         self._frame: np.ndarray[Any, np.dtype[np.uint8]] | None = None
         self._frame_ms = 0
+        self._frame_pts: float | None = None
+        self._frame_session = 0
         self._sequence = 0
         self._error: str | None = None
         self._error_at = 0.0
@@ -123,6 +125,7 @@ class RtspBackend:
                 attempt += 1
                 continue
             self.sessions += 1
+            opened = self.sessions
             attempt = 0
             try:
                 while not stop.is_set():
@@ -130,11 +133,16 @@ class RtspBackend:
                     if not ok or pixels is None:
                         self._failed(f"{self.where} stopped sending frames")
                         break
+                    # The stream's presentation timestamp of this frame (ms from the start
+                    # of the session): the freshness evidence of a stream.
+                    pts = float(capture.get(cv2.CAP_PROP_POS_MSEC))
                     with self._cond:
                         if session != self._session:
                             return
                         self._frame = np.asarray(pixels, np.uint8)
                         self._frame_ms = time.time_ns() // 1_000_000
+                        self._frame_pts = pts
+                        self._frame_session = opened
                         self._sequence += 1
                         self._error = None
                         self._cond.notify_all()
@@ -168,11 +176,13 @@ class RtspBackend:
                 self._cond.wait(min(remaining, 0.5))
             assert self._frame is not None
             pixels, received = self._frame, self._frame_ms
+            pts, session = self._frame_pts, self._frame_session
         return Acquired(
             frame=Frame(pixels, "bgr8", "h264"),
             camera_frame_at_ms=None,
             frame_received_at_ms=received,
             backend_metadata={"session": self.sessions},
+            freshness={"session": session, "presentationTimestampMs": pts},
         )
 
     def reconnect(self) -> None:

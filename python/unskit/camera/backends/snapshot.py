@@ -83,6 +83,11 @@ class SnapshotBackend:
             with opener.open(self.uri, timeout=remaining) as response:
                 status = int(response.status)
                 content_type = str(response.headers.get("Content-Type", ""))
+                validators = {
+                    key: response.headers.get(header)
+                    for key, header in (("etag", "ETag"), ("lastModified", "Last-Modified"))
+                    if response.headers.get(header)
+                }
                 data = bytearray()
                 while chunk := response.read(_CHUNK):
                     data += chunk
@@ -137,6 +142,7 @@ class SnapshotBackend:
             camera_frame_at_ms=None,
             frame_received_at_ms=received_ms,
             backend_metadata={"httpStatus": status, "contentType": content_type},
+            freshness=validators,
         )
 
     def reconnect(self) -> None:

@@ -1,0 +1,150 @@
+"""Capture freshness and the software-trigger capture mode on the sim camera: every capture
+says how it knows its frame is new, and a frame that is provably the previous one fails
+with STALE_FRAME under `freshness: require` (the RTSP and snapshot servers are in
+test_rtsp.py and test_snapshot.py)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.camera.conftest import CameraHarness, Rig, sim
+from unskit.camera.backends import Acquired
+from unskit.camera.codec import Frame
+from unskit.camera.freshness import FreshnessMemory, fingerprint
+
+PROFILES = {
+    "strict": {"freshness": "require"},
+    "lax": {"freshness": "warn"},
+    "blind": {"freshness": "off"},
+}
+
+
+def rid() -> str:
+    return f"r-{uuid.uuid4().hex[:12]}"
+
+
+def trigger_camera(instance: str, **connection: Any) -> dict[str, Any]:
+    return sim(instance, captureMode="software-trigger", **connection)
+
+
+@pytest.fixture
+def rig(harness: CameraHarness) -> Rig:
+    return harness.start(
+        {
+            "cameras": [
+                trigger_camera("trig", triggerDelayMs=40),
+                # Every second trigger is answered by the previous frame.
+                trigger_camera("repeating", repeatFrameEvery=2),
+                sim("plain"),
+            ],
+            "captureProfiles": PROFILES,
+        }
+    )
+
+
+def test_a_software_trigger_then_a_frame_read_with_its_latency(rig: Rig) -> None:
+    first = rig.call("capture", {"requestId": rid()}, "trig")
+    second = rig.call("capture", {"requestId": rid()}, "trig")
+    for body, trigger in ((first, 1), (second, 2)):
+        assert body["captureMode"] == "software-trigger"
+        assert "image" in body
+        assert body["backendMetadata"]["triggerId"] == trigger
+        # The sensor exposes for triggerDelayMs after the trigger: the latency includes it.
+        assert body["backendMetadata"]["triggerToFrameMs"] >= 40
+        fresh = body["freshness"]
+        assert fresh["method"] == "trigger-latency"
+        assert fresh["verdict"] == "fresh"
+        assert fresh["evidence"]["frameTriggerId"] == trigger
+        assert fresh["evidence"]["triggerToFrameMs"] == body["backendMetadata"]["triggerToFrameMs"]
+    assert second["freshness"]["evidence"]["previousCaptureId"] == first["captureId"]
+    # The sidecar beside the image carries the same evidence.
+    sidecar = rig.output / second["image"]["metadataSidecarRelativePath"]
+    assert json.loads(sidecar.read_text())["freshness"] == second["freshness"]
+    assert second["freshness"]["evidence"]["identicalToPrevious"] is False
+    status = rig.call("status", instance="trig")
+    assert status["capabilities"]["captureModes"] == ["software-trigger"]
+    started = rig.call("capture", {"requestId": rid(), "captureProfile": "strict"}, "plain")
+    assert started["captureMode"] == "simulated"
+    assert started["freshness"]["method"] == "first-capture"
+    assert started["freshness"]["verdict"] == "unknown"
+
+
+# Spec-style state table: (profile policy, frame) -> outcome of the capture.
+TABLE = [
+    ("strict", "fresh", "SUCCEEDED", "fresh"),
+    ("strict", "repeated", "STALE_FRAME", "stale"),
+    ("lax", "fresh", "SUCCEEDED", "fresh"),
+    ("lax", "repeated", "SUCCEEDED", "stale"),
+    ("blind", "fresh", "SUCCEEDED", "unchecked"),
+    ("blind", "repeated", "SUCCEEDED", "unchecked"),
+]
+
+
+@pytest.mark.parametrize(("profile", "frame", "outcome", "verdict"), TABLE)
+def test_freshness_policy_table(
+    rig: Rig, profile: str, frame: str, outcome: str, verdict: str
+) -> None:
+    # Trigger 1 answers itself; trigger 2 is answered by frame 1 (repeatFrameEvery 2).
+    rig.call("capture", {"requestId": rid(), "captureProfile": "lax"}, "repeating")
+    if frame == "repeated":
+        body = rig.call("capture", {"requestId": rid(), "captureProfile": profile}, "repeating")
+    else:
+        body = rig.call("capture", {"requestId": rid(), "captureProfile": profile}, "trig")
+    assert body["freshness"]["policy"] == {"strict": "require", "lax": "warn"}.get(profile, "off")
+    assert body["freshness"]["verdict"] == verdict
+    if outcome == "SUCCEEDED":
+        assert "image" in body
+        assert "failure" not in body
+    else:
+        assert "image" not in body
+        assert body["failure"]["code"] == outcome
+        assert body["failure"]["stage"] == "acquisition"
+        assert "trigger-latency" in body["failure"]["message"]
+        status = rig.status(body["captureId"])
+        assert status["state"] == "FAILED"
+        assert status["errorCode"] == "STALE_FRAME"
+        # Announced as failed, never as a new image.
+        topic, message = rig.announced(body["captureId"])
+        assert topic.endswith("/app/image/failed")
+        assert message.body["freshness"] == body["freshness"]
+    if verdict == "stale":
+        evidence = body["freshness"]["evidence"]
+        assert evidence["triggerId"] == 2
+        assert evidence["frameTriggerId"] == 1
+        assert evidence["identicalToPrevious"] is True
+        assert evidence["perceptualDistance"] == 0
+
+
+def test_stale_counted(rig: Rig) -> None:
+    rig.call("capture", {"requestId": rid(), "captureProfile": "lax"}, "repeating")
+    rig.call("capture", {"requestId": rid(), "captureProfile": "lax"}, "repeating")
+    counter = rig.runtime.metrics.counter("captures", "staleFrames", {"camera": "repeating"})
+    assert counter.total == 1
+
+
+@pytest.mark.unit
+def test_the_judge_by_content_alone() -> None:
+    rng = np.random.default_rng(5)
+    pixels = np.asarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8), np.uint8)
+    memory = FreshnessMemory()
+
+    def frame(data: np.ndarray[Any, np.dtype[np.uint8]]) -> Acquired:
+        return Acquired(frame=Frame(data, "bgr8", "raw"))
+
+    first = memory.judge("cap_1", frame(pixels), "require")
+    assert (first.verdict, first.body["method"]) == ("unknown", "first-capture")
+    changed = pixels.copy()
+    changed[0, 0, 0] ^= 1
+    second = memory.judge("cap_2", frame(changed), "require")
+    assert (second.verdict, second.body["method"]) == ("fresh", "content-hash")
+    # One bit differs: exactly different, perceptually the same picture.
+    assert second.body["evidence"]["perceptualDistance"] == 0
+    third = memory.judge("cap_3", frame(changed.copy()), "require")
+    assert (third.verdict, third.body["method"]) == ("stale", "content-hash")
+    assert third.body["evidence"]["previousCaptureId"] == "cap_2"
+    assert fingerprint(Frame(changed, "bgr8", "raw"))[0] == third.body["evidence"]["contentSha256"]
