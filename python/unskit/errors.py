@@ -59,6 +59,7 @@ __all__ = [
     "ReservedTopicError",
     "SecretError",
     "SignalError",
+    "SoapDeviceError",
     "SourceChangedError",
     "TransferInterruptedError",
     "UnsafePathError",
@@ -210,3 +211,16 @@ class TransferInterruptedError(EgressError):
 
 class UnsafePathError(EgressError, ValueError):
     """A relative path that would leave its root (``..``, absolute, or through a symlink)."""
+
+
+class SoapDeviceError(CommandError):
+    """An ONVIF device's SOAP exchange that failed (no answer, a fault, malformed XML, refused
+    credentials): a command error code, and whether asking again may help."""
+
+    def __init__(self, code: str, message: str, *, retriable: bool = True) -> None:
+        super().__init__(code, message)
+        self.retriable = retriable
+
+    def to_capture_error(self) -> CaptureError:
+        """The failure as a capture's failure block (stage acquisition)."""
+        return CaptureError(self.code, "acquisition", self.message, retriable=self.retriable)

@@ -41,7 +41,12 @@ DEFAULT_JOB_TERMINAL_MS = 30_000
 DEFAULT_QUALITY = 90
 MIB = 1024 * 1024
 #: backend -> the captureMode its frames are reported with.
-BACKEND_MODES = {"sim": "simulated", "snapshot-uri": "snapshot-uri", "rtsp-frame": "rtsp-frame"}
+BACKEND_MODES = {
+    "sim": "simulated",
+    "snapshot-uri": "snapshot-uri",
+    "rtsp-frame": "rtsp-frame",
+    "onvif": "snapshot-uri",
+}
 #: How a capture profile treats a frame that is provably the previous capture's.
 FRESHNESS_POLICIES = ("require", "warn", "off")
 DEFAULT_FRESHNESS = "warn"
@@ -167,6 +172,11 @@ class CameraSettings:
     max_queued_events: int = DEFAULT_MAX_QUEUED_EVENTS
     discovery_enabled: bool = False
     report_unconfigured: bool = False
+    #: discovery.multicast and discovery.probeAddresses (host:port, unicast probes).
+    discovery_multicast: bool = True
+    discovery_addresses: tuple[str, ...] = ()
+    #: discovery.multicastInterface: the IPv4 address of the interface multicast leaves by.
+    discovery_interface: str | None = None
 
 
 def _profile(name: str, entry: Mapping[str, Any]) -> ProfileSpec:
@@ -235,7 +245,10 @@ def configuration_issues(config: ComponentConfig) -> list[ConfigIssue]:
             issues.append(
                 ConfigIssue(f"{path}.defaultCaptureProfile", f"unknown capture profile {default!r}")
             )
-        if camera.get("backend") in ("snapshot-uri", "rtsp-frame") and not (
+        missing = _missing_extra(camera.get("backend"))
+        if missing is not None:
+            issues.append(ConfigIssue(f"{path}.backend", missing))
+        if camera.get("backend") in ("snapshot-uri", "rtsp-frame", "onvif") and not (
             camera.get("connection") or {}
         ).get("uri"):
             issues.append(ConfigIssue(f"{path}.connection.uri", f"{camera['backend']} needs a uri"))
@@ -259,7 +272,26 @@ def configuration_issues(config: ComponentConfig) -> list[ConfigIssue]:
                 issues.append(
                     ConfigIssue(f"{where}.captureProfile", f"unknown capture profile {profile!r}")
                 )
+    discovery = section.get("discovery") or {}
+    if discovery.get("enabled"):
+        missing = _missing_extra("onvif")
+        if missing is not None:
+            issues.append(ConfigIssue("$.component.discovery.enabled", f"discovery: {missing}"))
+        if discovery.get("multicast") is False and not discovery.get("probeAddresses"):
+            issues.append(
+                ConfigIssue(
+                    "$.component.discovery.probeAddresses",
+                    "with multicast off, discovery needs at least one probe address",
+                )
+            )
     return issues
+
+
+def _missing_extra(backend: Any) -> str | None:
+    # Imported here: the backends package pulls in the image codec, the schema does not.
+    from unskit.camera.backends import missing_extra
+
+    return missing_extra(str(backend))
 
 
 def parse_settings(config: ComponentConfig) -> CameraSettings:
@@ -334,4 +366,7 @@ def parse_settings(config: ComponentConfig) -> CameraSettings:
         ),
         discovery_enabled=bool(discovery.get("enabled", False)),
         report_unconfigured=bool(discovery.get("reportUnconfigured", False)),
+        discovery_multicast=bool(discovery.get("multicast", True)),
+        discovery_addresses=tuple(discovery.get("probeAddresses") or ()),
+        discovery_interface=discovery.get("multicastInterface"),
     )

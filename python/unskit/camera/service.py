@@ -25,6 +25,7 @@ from unskit.camera.announcements import Announcer, StorageWatch
 from unskit.camera.backends import Backend, create_backend
 from unskit.camera.catalog import Catalog
 from unskit.camera.config import CameraSettings, CameraSpec, capture_mode
+from unskit.camera.discovery import Discovery
 from unskit.camera.jobs import BACKLOG, IN_FLIGHT, STAGES
 from unskit.camera.outcomes import Outcomes
 from unskit.camera.pending import DispatchQueue, PendingCaptures
@@ -61,7 +62,16 @@ _RESTART_ONLY = (
     ("$.component.storage.outputRoot", lambda s: s.storage.output_root),
     ("$.component.storage.stateRoot", lambda s: s.storage.state_root),
     ("$.component.limits.maxMetadataBytes", lambda s: s.limits.max_metadata_bytes),
-    ("$.component.discovery", lambda s: (s.discovery_enabled, s.report_unconfigured)),
+    (
+        "$.component.discovery",
+        lambda s: (
+            s.discovery_enabled,
+            s.report_unconfigured,
+            s.discovery_multicast,
+            s.discovery_addresses,
+            s.discovery_interface,
+        ),
+    ),
 )
 
 
@@ -101,6 +111,11 @@ class CameraService:
         self.pending = PendingCaptures(settings.limits, settings.cameras)
         self.sessions = CameraSessions(settings.cameras.values(), backend, self.pending.lock)
         self.ptz_stops = PtzStops()
+        self.discovery = Discovery(
+            multicast=settings.discovery_multicast,
+            addresses=settings.discovery_addresses,
+            interface=settings.discovery_interface,
+        )
         self.queries = CatalogQueries(self.catalog)
         announcer = Announcer(
             messaging=messaging,
@@ -364,6 +379,7 @@ class CameraService:
         self.outcomes.abandon(self.pending.wait_idle(DRAIN_WAIT_S))
         self.pending.wake_dispatchers()
         self.ptz_stops.close()
+        self.discovery.close()
         self.announcer.close()
         self.sessions.close()
         self.catalog.close()

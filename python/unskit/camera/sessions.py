@@ -79,7 +79,11 @@ class CameraSession:
         """Whether the camera's PTZ head is moving now (False without PTZ)."""
         if self.backend is None or self.backend.ptz is None or not self.spec.ptz.enabled:
             return False
-        return bool(self.backend.ptz.status().moving)
+        head = self.backend.ptz
+        # Admission asks under its lock: a head that would ask its camera over the network
+        # answers from what it knows instead (the onvif backend's known_moving).
+        known = getattr(head, "known_moving", None)
+        return bool(known() if known is not None else head.status().moving)
 
     def capabilities(self) -> dict[str, Any]:
         """The backend's capabilities with the ptz, presets and presetMutation the camera's
@@ -132,10 +136,11 @@ class CameraSession:
         return {**self.snapshot(True), "paused": self.paused}
 
     def camera_block(self) -> dict[str, Any]:
-        """The terminal body's camera object: backend, and vendor and model when known."""
+        """The terminal body's camera object: backend, and vendor, model, firmware and serial
+        when the backend knows them."""
         block: dict[str, Any] = {"backend": self.spec.backend}
         capabilities = self.capabilities()
-        for key in ("vendor", "model"):
+        for key in ("vendor", "model", "firmware", "serial"):
             if capabilities.get(key):
                 block[key] = capabilities[key]
         return block

@@ -8,6 +8,7 @@ from typing import Any
 
 from unskit.camera.capture_verbs import CaptureVerbs
 from unskit.camera.config import CameraSettings
+from unskit.camera.discover_verb import discover_verb
 from unskit.camera.jobs import new_id
 from unskit.camera.pages import Pages, snapshot_owner
 from unskit.camera.ptz import PtzVerbs
@@ -47,11 +48,6 @@ class CameraVerbs:
         """Every verb of the camera adapter, the not-yet-built ones disabled with a reason."""
         paging = {"limit": Param(LIMIT), "cursor": Param(CURSOR)}
         required = RequestIdRule.REQUIRED
-        discover_reason = (
-            "discovery is off (discovery.enabled is false)"
-            if not self.settings.discovery_enabled
-            else "no backend of this build can discover cameras yet"
-        )
         return [
             *CaptureVerbs(self.service, self._pages).verbs(),
             Verb(
@@ -66,12 +62,11 @@ class CameraVerbs:
                 ),
                 summary="the configured cameras",
             ),
-            Verb(
-                "discover",
-                self._list,
-                enabled=False,
-                disabled_reason=discover_reason,
-                summary="a bounded, credential-free discovery pass",
+            discover_verb(
+                self.service.discovery,
+                self._pages,
+                self.settings.discovery_enabled,
+                "discovery is off (discovery.enabled is false)",
             ),
             Verb("status", self._status, scope=Scope.BOTH, summary="camera snapshots"),
             Verb(
@@ -131,9 +126,16 @@ class CameraVerbs:
         if "cursor" not in context.body:
             cameras = [session.snapshot(full) for session in self.service.sessions]
         items, cursor, _ = self._pages.page(context, owner, cameras, {})
-        # No backend of this build discovers, so there is never an unconfigured camera to
-        # report, even with discovery.reportUnconfigured and includeUnconfigured.
-        return {"cameras": items, "unconfigured": [], "nextCursor": cursor}
+        return {"cameras": items, "unconfigured": self._unconfigured(context), "nextCursor": cursor}
+
+    def _unconfigured(self, context: CommandContext) -> list[Any]:
+        # From the last sb/discover pass (sb/list never probes), on every page.
+        if not (self.settings.report_unconfigured and context.body.get("includeUnconfigured")):
+            return []
+        configured = [
+            str(session.spec.connection.get("uri", "")) for session in self.service.sessions
+        ]
+        return self.service.discovery.unconfigured(configured)
 
     def _status(self, context: CommandContext) -> Mapping[str, Any]:
         sessions = self.service.sessions

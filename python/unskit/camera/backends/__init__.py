@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -11,7 +12,17 @@ from urllib.parse import urlsplit, urlunsplit
 from unskit.camera.codec import Frame
 from unskit.config.secrets import SecretResolver
 
-__all__ = ["AXES", "Acquired", "Backend", "Preset", "PtzHead", "PtzStatus", "create_backend"]
+__all__ = [
+    "AXES",
+    "EXTRAS",
+    "Acquired",
+    "Backend",
+    "Preset",
+    "PtzHead",
+    "PtzStatus",
+    "create_backend",
+    "missing_extra",
+]
 
 #: The PTZ axes, in their normalized order.
 AXES = ("pan", "tilt", "zoom")
@@ -160,4 +171,28 @@ def create_backend(
         from unskit.camera.backends.rtsp import RtspBackend
 
         return RtspBackend(connection, secrets)
+    if name == "onvif":
+        from unskit.camera.backends.onvif import OnvifBackend
+
+        return OnvifBackend(connection, secrets)
     raise ValueError(f"backend {name!r} is not available in this build")
+
+
+#: The backends that need an optional extra: backend -> (extra, module it provides).
+EXTRAS = {"onvif": ("onvif", "zeep")}
+
+
+def missing_extra(backend: str) -> str | None:
+    """The refusal of a backend whose optional extra is not installed (None: installed)."""
+    if backend not in EXTRAS:
+        return None
+    extra, module = EXTRAS[backend]
+    for name in (module, "onvif"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            return (
+                f"backend {backend!r} needs the {name!r} package, which is not installed: "
+                f"pip install 'unskit[{extra}]'"
+            )
+    return None
