@@ -637,6 +637,8 @@ def test_status_of_one_camera_and_of_all(rig: Rig) -> None:
     every = rig.call("status")
     assert [c["instance"] for c in every["cameras"]] == ["cam-1", "cam-2", "slow", "off"]
     assert all("paused" in c for c in every["cameras"])
+    assert every["messaging"]["local"]["connected"] is True
+    assert every["messaging"]["local"]["endpoint"].startswith("127.0.0.1:")
     assert rig.error("status", {}, "cam-9") == "NO_SUCH_INSTANCE"
 
 

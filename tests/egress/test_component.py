@@ -312,6 +312,7 @@ def test_status_pause_resume_and_retry(adapters: AdapterHarness, tmp_path: Path)
     assert (source / "a.bin").exists()
     whole = client.call("status")
     assert [i["instance"] for i in whole["instances"]] == ["line-1"]
+    assert whole["messaging"]["local"]["connected"] is True
     with pytest.raises(CommandError, match="BAD_ARGS"):
         client.call("retry", {}, instance="line-1")  # a mutating verb needs a requestId
     blocked.unlink()

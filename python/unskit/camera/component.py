@@ -52,7 +52,7 @@ class CameraAdapter:
         catalog = service.catalog
         runtime.observe_queue("camera.captures", lambda: sum(catalog.counts().values()))
         inbox = runtime.command_inbox(service.sessions.names)
-        for verb in CameraVerbs(service).verbs():
+        for verb in CameraVerbs(service, runtime.messaging_status).verbs():
             inbox.register(verb)
         runtime.set_ready(True)
         _log.info(

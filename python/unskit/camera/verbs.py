@@ -3,7 +3,7 @@ the capture verbs (capture_verbs.py), then the camera and queue verbs here."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from unskit.camera.capture_verbs import CaptureVerbs
@@ -35,9 +35,15 @@ _OPERATOR_DRAIN = "queue cleared by an operator"
 class CameraVerbs:
     """Builds the verb table over a CameraService."""
 
-    def __init__(self, service: CameraService) -> None:
+    def __init__(
+        self,
+        service: CameraService,
+        messaging_status: Callable[[], Mapping[str, Any]] = dict,
+    ) -> None:
         self.service = service
         self._pages = Pages()
+        # The broker links' part of sb/status (the runtime's messaging_status).
+        self._messaging_status = messaging_status
 
     @property
     def settings(self) -> CameraSettings:
@@ -141,7 +147,10 @@ class CameraVerbs:
         sessions = self.service.sessions
         if context.instance is not None:
             return sessions.get(context.instance).status()
-        return {"cameras": [session.status() for session in sessions]}
+        return {
+            "cameras": [session.status() for session in sessions],
+            "messaging": self._messaging_status(),
+        }
 
     def _reconnect(self, context: CommandContext) -> Mapping[str, Any]:
         assert context.instance is not None

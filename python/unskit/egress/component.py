@@ -161,6 +161,7 @@ class FileEgress:
         assert self._runtime is not None
         return {
             "component": self._runtime.topics.component,
+            "messaging": self._runtime.messaging_status(),
             "instances": self._pipeline().status(),
         }
 
