@@ -3,7 +3,6 @@ through a failover shorter than the grace period, and a flap that is no recovery
 
 from __future__ import annotations
 
-import http.client
 import json
 import signal
 import threading
@@ -20,7 +19,7 @@ from tests.messaging.conftest import broker_config
 from tests.messaging.test_client import reading, start_echo_responder
 from tests.support.adapter import framework_sections
 from tests.support.nats import NatsCluster
-from tests.support.servers import component_process, free_port, wait_until
+from tests.support.servers import component_process, free_port, readyz, wait_until
 from unskit.config.model import BrokerConfig
 from unskit.envelope import Message, MessageBuilder
 from unskit.errors import RequestTimeoutError
@@ -214,17 +213,6 @@ def test_a_node_killed_under_a_qos1_stream_loses_nothing(nats, make_client, topi
     )
 
 
-def _readyz(port: int) -> int | None:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-    try:
-        connection.request("GET", "/readyz")
-        return connection.getresponse().status
-    except OSError:
-        return None
-    finally:
-        connection.close()
-
-
 @pytest.mark.integration
 @pytest.mark.slow
 # The grace is generous: on 2 busy cores a NATS node failover took up to 30 s.
@@ -252,18 +240,18 @@ def test_readiness_holds_through_a_node_failover_within_the_grace(
 
     def sample() -> None:
         while not stop.wait(0.02):
-            samples.append(_readyz(health_port))
+            samples.append(readyz(health_port))
 
     sampler = threading.Thread(target=sample)
     with component_process("echo", log, "-c", str(config), "-t", "gw") as process:
-        wait_until(lambda: _readyz(health_port) == 200, 60, "readiness")
+        wait_until(lambda: readyz(health_port) == 200, 60, "readiness")
         sampler.start()
         try:
             nats.kill(n1)
             wait_until(
                 lambda: log.read_text().count("messaging local: link up") == 2, 100, "failover"
             )
-            wait_until(lambda: _readyz(health_port) == 200, 100, "readiness after failover")
+            wait_until(lambda: readyz(health_port) == 200, 100, "readiness after failover")
             # A few more samples on the new node.
             count = len(samples)
             wait_until(lambda: len(samples) > count + 10, 10, "samples")

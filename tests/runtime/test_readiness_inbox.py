@@ -5,7 +5,6 @@ Real `unskit run camera-adapter` processes on a real Mosquitto, probed over HTTP
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import signal
 import socket
@@ -19,24 +18,12 @@ import pytest
 from tests.camera.conftest import sim
 from tests.support.adapter import connected_client, framework_sections
 from tests.support.mosquitto import Mosquitto
-from tests.support.servers import component_process, free_port, wait_until
+from tests.support.servers import component_process, free_port, readyz, wait_until
 
 from unskit.commands import CommandClient
 
 # MQTT control packet type of SUBACK (the high nibble of the fixed header's first byte).
 SUBACK = 9
-
-
-def readyz(port: int) -> int | None:
-    """The status of GET /readyz, or None while nothing listens."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-    try:
-        connection.request("GET", "/readyz")
-        return connection.getresponse().status
-    except OSError:
-        return None
-    finally:
-        connection.close()
 
 
 def camera_config(folder: Path, broker_port: int, health_port: int) -> tuple[Path, str]:

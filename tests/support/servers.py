@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import http.client
 import logging
 import os
 import shutil
@@ -40,6 +41,18 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
             return True
     except OSError:
         return False
+
+
+def readyz(port: int) -> int | None:
+    """The status of GET /readyz on 127.0.0.1, or None while nothing listens."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+    try:
+        connection.request("GET", "/readyz")
+        return connection.getresponse().status
+    except OSError:
+        return None
+    finally:
+        connection.close()
 
 
 def require_binary(name: str) -> str:
