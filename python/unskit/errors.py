@@ -25,6 +25,8 @@
     │                               or an assembly plan that cannot be compiled
     ├── DeviceError: a southbound device that cannot be reached or answered with an error;
     │                `connection_lost` asks the runtime to reconnect with backoff
+    ├── EstError: an EST (RFC 7030) enrollment that failed: server unreachable, TLS refused,
+    │             an HTTP error, or a reply that is not what the protocol promises
     ├── CaptureError: a camera capture stage that failed (backend, encoding, persistence);
     │                 carries the failure body's code, stage and retriable flag
     └── EgressError: a file that could not be delivered to one egress destination
@@ -52,6 +54,7 @@ __all__ = [
     "DeviceError",
     "EgressError",
     "EnvelopeError",
+    "EstError",
     "ImageError",
     "MessagingError",
     "PublishError",
@@ -166,6 +169,15 @@ class DeviceError(UnskitError):
         self.connection_lost = connection_lost
         #: A protocol-level status (a CIP general status, an OPC UA status code) when known.
         self.code = code
+
+
+class EstError(UnskitError):
+    """An EST enrollment step that failed; `retry_after_s` is set when the server asked for
+    a later retry (HTTP 202 or 503 with Retry-After)."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class CaptureError(UnskitError):

@@ -280,9 +280,12 @@ def _security_rules(security: Mapping[str, Any], path: str) -> Iterator[ConfigIs
         if security.get("verifyPeer", True) and not ca_styles and not bundle_ca:
             yield ConfigIssue(f"{path}.ca", "tls with verifyPeer requires trust anchors")
     est = security.get("est") or {}
-    if est.get("enabled") and client_styles == ["file"] and "into" not in est:
+    if est.get("enabled") and client_styles != ["vault"] and "into" not in est:
+        # Only a certSecret bundle is a destination EST can rewrite as a whole.
         yield ConfigIssue(
-            f"{path}.est.into", "a file-only client identity needs an explicit into destination"
+            f"{path}.est.into",
+            "a client identity that is not a client.certSecret bundle (files, inline "
+            "$secret or none) needs an explicit into destination",
         )
 
 

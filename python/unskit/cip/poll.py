@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from unskit.cip.config import cip_connection, security_mode
 from unskit.cip.logix import REFUSED, LogixSession, TagResult, base_tag, element_index
@@ -44,6 +44,14 @@ _log = logging.getLogger(__name__)
 
 _SMALL_READ_BYTES = 500
 _NO_PACKET_SPACE = "Insufficient Packet Space"
+
+
+class EnrollmentView(Protocol):
+    """What sb/status reads of the EST manager (`unskit.cip.enrollment`)."""
+
+    def status(self) -> dict[str, Any]:
+        """enabled, last attempt, outcome, next renewal."""
+        ...
 
 
 def _dwords(bools: int) -> int:
@@ -70,6 +78,8 @@ class PollDriver:
         #: Requests the device refused in the encapsulation header, with the reason: it may
         #: end the session on them (cpppo on an unknown tag), so they are not sent again.
         self._refused: dict[str, str] = {}
+        #: Set by the component when connection.security.est is enabled (sb/status view).
+        self.enrollment: EnrollmentView | None = None
 
     # -- session ---------------------------------------------------------------------------
 
@@ -121,7 +131,9 @@ class PollDriver:
             # The configured mode, never a default: a tls instance is failed, not plaintext.
             "security": {
                 "mode": security_mode(self.spec.entry),
-                "est": {"enabled": bool(est.get("enabled", False))},
+                "est": self.enrollment.status()
+                if self.enrollment is not None
+                else {"enabled": bool(est.get("enabled", False))},
                 "target": None,
             },
         }
