@@ -391,6 +391,21 @@ def test_retry_backoff_between_failures(est: EstServer, run, tmp_path: Path, pki
     assert metrics.counter("southbound_health", "estFailures", {"instance": "plc-1"}).total == 2
 
 
+def test_a_503_retry_after_longer_than_the_backoff_is_honoured(
+    est: EstServer, run, tmp_path: Path, pki: Pki
+) -> None:
+    clock = [1_900_000_000.0]
+    est.mode, est.retry_after = "503", "7200"
+    bootstrap = {"certFile": str(pki.client_cert), "keyFile": str(pki.client_key)}
+    manager, _, _, _ = run(
+        security(est, tmp_path, retryBackoffMins=60, auth={"bootstrap": bootstrap}),
+        clock=lambda: clock[0],
+    )
+    status = settled(manager, "failed")
+    assert "HTTP 503" in status["lastError"]
+    assert status["nextAttempt"] == "2030-03-17T19:46:40Z", "7200 s, not the 60 min backoff"
+
+
 @pytest.mark.parametrize(
     ("mode", "message"),
     [

@@ -3,8 +3,8 @@ with `cryptography` that signs the CSRs it receives.
 
 Serves ``/.well-known/est[/label]/{cacerts,simpleenroll,simplereenroll}`` with HTTP Basic
 and client-certificate authentication, a 202 Retry-After path, and switchable misbehaviour
-(`mode`: garbage, html, wrong-type, 500, not-http). Every request is recorded with its raw
-body, so tests can check what the client really sent.
+(`mode`: garbage, html, wrong-type, 500, 503 with Retry-After, not-http). Every request is
+recorded with its raw body, so tests can check what the client really sent.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class EstServer:
     basic: tuple[str, str] | None = None
     #: Labels served besides the unlabelled path.
     labels: frozenset[str] = frozenset()
-    #: ok, garbage, html, wrong-type, 500, not-http.
+    #: ok, garbage, html, wrong-type, 500, 503, not-http.
     mode: str = "ok"
     #: Answer this many enroll requests with 202 before issuing.
     pending: int = 0
@@ -236,6 +236,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._answer(request, 405, "text/plain", b"method not allowed")
         if est.mode == "500":
             return self._answer(request, 500, "text/plain", b"internal error")
+        if est.mode == "503":
+            request.status = 503
+            self.send_response(503)
+            self.send_header("Retry-After", est.retry_after)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
         if est.mode == "not-http":
             request.status = -1
             self.wfile.write(b"\x00\x01garbage that is not HTTP\r\n\r\n")

@@ -282,6 +282,8 @@ class EnrollmentManager:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            # Cleared before the pass, so a wake() during it makes one more pass.
+            self._wake.clear()
             try:
                 self._evaluate()
             except Exception:
@@ -293,7 +295,6 @@ class EnrollmentManager:
                 self._lock.notify_all()
             wait = min(max(0.0, self._next_at - self._clock()), _MAX_SLEEP_S)
             self._wake.wait(wait)
-            self._wake.clear()
 
     def _evaluate(self) -> None:
         now = self._clock()
@@ -336,7 +337,8 @@ class EnrollmentManager:
             self._store(identity)
         except (EstError, SecretError, OSError) as exc:
             self._pending_op = None
-            return self._failed(now, operation, _describe(exc), current)
+            later = exc.retry_after_s if isinstance(exc, EstError) else None
+            return self._failed(now, operation, _describe(exc), current, later)
         self._pending_op = None
         self._succeeded(now, operation, identity)
 
@@ -438,10 +440,6 @@ class EnrollmentManager:
         self._backoff_until = 0.0
         self._count(EST_ENROLLMENTS)
         summary = _summary(leaf)
-        with self._lock:
-            self._status["outcome"] = "renewed" if operation == SIMPLEREENROLL else "enrolled"
-            self._status["lastError"] = None
-            self._status["enrollments"] += 1
         self._note_certificate(leaf)
         renew_at = _renew_at(leaf, self.settings.renew_before_days)
         self._schedule(renew_at)
@@ -471,16 +469,28 @@ class EnrollmentManager:
                 _log.exception(
                     "instance %s: the enrolled-credentials callback failed", self.instance
                 )
+        # The outcome last: whoever sees it in sb/status can rely on the event and callback.
+        with self._lock:
+            self._status["outcome"] = "renewed" if operation == SIMPLEREENROLL else "enrolled"
+            self._status["lastError"] = None
+            self._status["enrollments"] += 1
 
-    def _failed(self, now: float, operation: str, error: str, current: _Current | None) -> None:
-        retry_at = now + self.settings.retry_backoff_mins * 60
+    def _failed(
+        self,
+        now: float,
+        operation: str,
+        error: str,
+        current: _Current | None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        # retryBackoffMins is the minimum; a server asking for longer (503) gets longer.
+        delay = self.settings.retry_backoff_mins * 60.0
+        if retry_after_s is not None:
+            delay = max(delay, min(retry_after_s, _RETRY_AFTER_BOUNDS_S[1]))
+        retry_at = now + delay
         self._backoff_until = retry_at
         self._count(EST_FAILURES)
         valid_until = None if current is None else _iso(current.cert.not_valid_after_utc)
-        with self._lock:
-            self._status["outcome"] = "failed"
-            self._status["lastError"] = error
-            self._status["failures"] += 1
         self._schedule(retry_at)
         _log.warning(
             "instance %s: EST %s failed (next attempt %s): %s",
@@ -503,6 +513,10 @@ class EnrollmentManager:
                 "currentValidUntil": valid_until,
             },
         )
+        with self._lock:
+            self._status["outcome"] = "failed"
+            self._status["lastError"] = error
+            self._status["failures"] += 1
 
     def _schedule(self, when: float) -> None:
         self._next_at = when
