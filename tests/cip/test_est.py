@@ -677,3 +677,77 @@ def test_one_thread_per_manager_and_none_left_after_drain(
     finally:
         harness.close()
     assert "est-plc-1" not in [t.name for t in threading.enumerate()]
+
+
+def test_enrollment_inside_the_adapter_publishes_the_event_and_counts(
+    broker: Mosquitto,
+    logix: LogixSimulator,
+    est: EstServer,
+    tmp_path: Path,
+    restore_root_logging: None,
+) -> None:
+    key = VaultKey.generate()
+    (tmp_path / "vault.key").write_text(key.to_text())
+    Vault(tmp_path / "vault.json", key).put(
+        "est-login", {"username": BASIC[0], "password": BASIC[1]}
+    )
+    (tmp_path / "est-ca.pem").write_text(est.ca_pem)
+    instance = plc_instance("plc-1", logix.endpoint, plc_signal("Temp", "REAL"))
+    instance["connection"]["security"] = {
+        "client": {"certSecret": "plc-1-identity"},
+        "est": {
+            "enabled": True,
+            "server": est.url,
+            "trust": {"file": str(tmp_path / "est-ca.pem")},
+            "auth": {"basic": {"$secret": "est-login"}},
+            "fetchCaCerts": True,
+        },
+    }
+    harness = AdapterHarness(broker, tmp_path)
+    try:
+        document = harness.document(
+            {"instances": [instance], "global": {"timing": FAST_TIMING}},
+            credentials={
+                "vaultPath": str(tmp_path / "vault.json"),
+                "keyFile": str(tmp_path / "vault.key"),
+            },
+        )
+        adapter = harness.start(EthernetIpAdapter, document)
+        topic = adapter.runtime.topics.topic("evt", "info", CERT_ENROLLED, instance="plc-1")
+        wait_until(lambda: adapter.seen.on(topic), 15, "the cert-enrolled event")
+        (event,) = adapter.seen.on(topic)
+        stored = Vault(tmp_path / "vault.json", key).get("plc-1-identity")
+        assert not isinstance(stored, str)
+        cert = leaf(stored["certPem"])
+        assert event.body["context"]["serial"] == format(cert.serial_number, "x")
+        assert event.body["context"]["into"] == "vault:plc-1-identity"
+        assert stored["caPem"] == est.ca_pem
+        status = adapter.client.call("status", instance="plc-1")["security"]["est"]
+        assert status["outcome"] == "enrolled"
+        assert status["certificate"]["sha256"] == event.body["context"]["sha256"]
+        counter = adapter.runtime.metrics.counter(
+            "southbound_health", "estEnrollments", {"instance": "plc-1"}
+        )
+        assert counter.total == 1
+        assert stored["keyPem"] not in json.dumps(status)
+    finally:
+        harness.close()
+
+
+def test_the_credential_swap_seam(caplog) -> None:
+    from unskit.cip.component import CREDENTIAL_SWAP, _credential_swap
+    from unskit.config.secrets import Secret
+
+    identity = EnrolledIdentity("CERT", Secret("KEY"), "CA", NOW)
+    calls: list[tuple[bytes, bytes, bytes | None]] = []
+
+    class Swapping:
+        def swap_client_credentials(self, cert: bytes, key: bytes, ca: bytes | None) -> None:
+            calls.append((cert, key, ca))
+
+    assert CREDENTIAL_SWAP == "swap_client_credentials"
+    _credential_swap("plc-1", Swapping())(identity)  # type: ignore[arg-type]
+    assert calls == [(b"CERT", b"KEY", b"CA")]
+    caplog.set_level(logging.INFO)
+    _credential_swap("plc-1", object())(identity)  # type: ignore[arg-type]
+    assert "reads them at its next connect" in caplog.text

@@ -13,6 +13,7 @@ from unskit.cip.enrollment import EnrolledIdentity, EnrollmentManager, est_enabl
 from unskit.cip.push import CipPushDriver, IoHubs
 from unskit.commands import ReloadOutcome
 from unskit.config.model import ComponentConfig
+from unskit.errors import UnskitError
 from unskit.runtime.component import Runtime
 from unskit.southbound.component import Candidate, SouthboundComponent
 from unskit.southbound.driver import DeviceDriver, InstanceSpec
@@ -23,10 +24,11 @@ __all__ = ["CREDENTIAL_SWAP", "EthernetIpAdapter"]
 
 _log = logging.getLogger(__name__)
 
-#: The poll driver's method that takes enrolled credentials (thread-safe; called from the
-#: EST thread). Until a driver has it, the transport reads them from `into` at its next
-#: connect or vault reload.
-CREDENTIAL_SWAP = "replace_credentials"
+#: The poll driver's method that takes enrolled credentials (the tls branch's
+#: ``swap_client_credentials(cert_chain_pem, key_pem, ca_pem)``: thread-safe, checks the
+#: material, reconnects on the instance thread). Without it the transport reads them from
+#: `into` at its next connect or vault reload.
+CREDENTIAL_SWAP = "swap_client_credentials"
 
 
 def _poll_driver(spec: InstanceSpec) -> DeviceDriver:
@@ -127,13 +129,18 @@ def _credential_swap(instance: str, driver: DeviceDriver) -> Callable[[EnrolledI
     swap = getattr(driver, CREDENTIAL_SWAP, None)
 
     def enrolled(identity: EnrolledIdentity) -> None:
-        if swap is not None:
-            swap(identity)
-        else:
+        if swap is None:
             _log.info(
                 "instance %s: enrolled credentials stored; the transport reads them at its "
                 "next connect",
                 instance,
             )
+            return
+        ca = None if identity.ca_pem is None else identity.ca_pem.encode()
+        try:
+            swap(identity.cert_pem.encode(), identity.key_pem.reveal().encode(), ca)
+        except UnskitError as error:
+            # Stored already: the transport's next read of `into` gets another chance.
+            _log.warning("instance %s: enrolled credentials refused: %s", instance, error)
 
     return enrolled
