@@ -550,13 +550,27 @@ def _config(security: Mapping[str, Any]):
 EST = {"enabled": True, "server": "https://est.example"}
 BAD_EST = [
     ("http server", {"est": {**EST, "server": "http://est.example"}}, "est.server"),
+    ("server without host", {"est": {**EST, "server": "https://"}}, "est.server"),
+    (
+        "server with credentials",
+        {"est": {**EST, "server": "https://u:p@est.example"}},
+        "est.server",
+    ),
+    ("server with a query", {"est": {**EST, "server": "https://e/x?y=1"}}, "est.server"),
+    ("enabled not boolean", {"est": {**EST, "enabled": "yes"}}, "est.enabled"),
+    ("empty subject", {"est": {**EST, "subject": ""}}, "est.subject"),
+    ("negative renewBeforeDays", {"est": {**EST, "renewBeforeDays": -1}}, "est.renewBeforeDays"),
+    ("fetchCaCerts not boolean", {"est": {**EST, "fetchCaCerts": 1}}, "est.fetchCaCerts"),
+    ("unknown est key", {"est": {**EST, "url": "https://x"}}, "est"),
     ("label with a slash", {"est": {**EST, "label": "a/b"}}, "est.label"),
+    ("label dot-dot", {"est": {**EST, "label": ".."}}, "est.label"),
     (
         "trust mixing styles",
         {"est": {**EST, "trust": {"file": "/ca", "secret": "ca"}}},
         "est.trust",
     ),
     ("trust unknown key", {"est": {**EST, "trust": {"pem": "x"}}}, "est.trust"),
+    ("trust empty", {"est": {**EST, "trust": {}}}, "est.trust"),
     (
         "bootstrap mixing styles",
         {"est": {**EST, "auth": {"bootstrap": {"certSecret": "a", "certFile": "/c"}}}},
