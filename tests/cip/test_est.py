@@ -5,11 +5,13 @@ never leaving the process. The last test runs it inside the adapter beside real 
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 import logging
 import socket
 import stat
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -28,7 +30,7 @@ from tests.support.cpppo import LogixSimulator
 from tests.support.est_server import EstServer
 from tests.support.mosquitto import Mosquitto
 from tests.support.pki import Pki
-from tests.support.servers import free_port, wait_until
+from tests.support.servers import free_port, require_binary, wait_until
 from unskit.cip.component import EthernetIpAdapter
 from unskit.cip.config import parse_component
 from unskit.cip.enrollment import (
@@ -232,6 +234,33 @@ def test_first_enrollment_with_a_bootstrap_identity(
     assert_key_stayed_home(
         est, stored["keyPem"], json.dumps(status), json.dumps(recorder.events), caplog.text
     )
+
+
+def test_the_csr_on_the_wire_verifies_with_openssl(
+    est: EstServer, run, tmp_path: Path, pki: Pki
+) -> None:
+    """An independent decoder: openssl reads the base64 DER body the server received as a
+    PKCS#10 request, checks its self-signature, and finds a public key and the subject."""
+    bootstrap = {"certFile": str(pki.client_cert), "keyFile": str(pki.client_key)}
+    manager, _, _, _ = run(security(est, tmp_path, auth={"bootstrap": bootstrap}, subject="x-1"))
+    assert settled(manager, "enrolled", "failed")["outcome"] == "enrolled"
+    (request,) = est.requests
+    der = tmp_path / "csr.der"
+    der.write_bytes(base64.b64decode(b"".join(request.body.split()), validate=True))
+    openssl = require_binary("openssl")
+    out = subprocess.run(
+        [openssl, "req", "-inform", "DER", "-in", str(der), "-verify", "-noout", "-text"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    text = out.stdout + out.stderr
+    assert "verify OK" in text
+    assert "CN = x-1" in text
+    assert "Public Key Algorithm: id-ecPublicKey" in text
+    assert "priv:" not in text
+    assert "PRIVATE" not in text
 
 
 def test_first_enrollment_with_basic_auth_from_the_vault(
