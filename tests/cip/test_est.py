@@ -534,6 +534,40 @@ def test_a_corrupt_stored_bundle_is_replaced_by_a_first_enrollment(
     assert cn(leaf(bundle(vault_files)["certPem"])) == "eip-originator"
 
 
+def test_a_certs_only_bag_made_by_openssl_parses(tmp_path: Path, pki: Pki) -> None:
+    """An independent encoder: openssl's PKCS#7 certs-only, base64 as RFC 8951 says and as
+    binary DER (tolerated), with parameters on the content type."""
+    import email.message
+
+    from unskit.cip.est import parse_certs_only
+
+    bag = tmp_path / "bag.p7"
+    openssl = require_binary("openssl")
+    subprocess.run(
+        [
+            openssl,
+            "crl2pkcs7",
+            "-nocrl",
+            "-certfile",
+            str(pki.ca),
+            "-certfile",
+            str(pki.client_cert),
+            "-outform",
+            "DER",
+            "-out",
+            str(bag),
+        ],
+        capture_output=True,
+        timeout=30,
+        check=True,
+    )
+    headers = email.message.Message()
+    headers["Content-Type"] = "application/pkcs7-mime; smime-type=certs-only"
+    for body in (base64.encodebytes(bag.read_bytes()), bag.read_bytes()):
+        certs = parse_certs_only("cacerts", headers, body)  # type: ignore[arg-type]
+        assert sorted(cn(c) for c in certs) == ["edge-device-1", "unskit test CA"]
+
+
 def test_client_url_rules() -> None:
     from unskit.cip.est import EstClient
 
