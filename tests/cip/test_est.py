@@ -330,6 +330,21 @@ def test_a_certificate_far_from_expiry_is_left_alone(
     assert status["certificate"]["subject"] == "plc-originator-7"
 
 
+def test_a_certificate_removed_outside_is_enrolled_again_on_wake(
+    est: EstServer, run, vault_files: VaultSecrets, tmp_path: Path, pki: Pki
+) -> None:
+    seed(est, vault_files, days_left=200, lifetime=365)
+    bootstrap = {"certFile": str(pki.client_cert), "keyFile": str(pki.client_key)}
+    manager, _, _, _ = run(security(est, tmp_path, auth={"bootstrap": bootstrap}))
+    assert manager.wait_passes(1, 10)
+    assert est.requests == []
+    assert vault_files.vault().delete("plc-id")
+    manager.wake()
+    assert settled(manager, "enrolled", "failed")["outcome"] == "enrolled"
+    assert est.operations() == ["simpleenroll"]
+    assert cn(leaf(bundle(vault_files)["certPem"])) == "eip-originator"
+
+
 def test_label_path_segment(est: EstServer, run, tmp_path: Path, pki: Pki) -> None:
     bootstrap = {"certFile": str(pki.client_cert), "keyFile": str(pki.client_key)}
     manager, _, _, _ = run(security(est, tmp_path, label="line-2", auth={"bootstrap": bootstrap}))

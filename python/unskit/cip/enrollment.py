@@ -222,6 +222,7 @@ class EnrollmentManager:
         #: A 202 leaves the key and CSR here: the same CSR is sent again (RFC 7030 4.2.3).
         self._pending: tuple[str, ec.EllipticCurvePrivateKey, x509.CertificateSigningRequest]
         self._pending_op: str | None = None
+        self._pending_at = 0.0
         self._next_at = 0.0
         self._backoff_until = 0.0
         self._passes = 0
@@ -289,7 +290,8 @@ class EnrollmentManager:
             except Exception:
                 # Never let a bug end the thread silently: log it and retry after backoff.
                 _log.exception("instance %s: EST evaluation failed", self.instance)
-                self._next_at = self._clock() + self.settings.retry_backoff_mins * 60
+                self._backoff_until = self._clock() + self.settings.retry_backoff_mins * 60
+                self._schedule(self._backoff_until)
             with self._lock:
                 self._passes += 1
                 self._lock.notify_all()
@@ -297,12 +299,18 @@ class EnrollmentManager:
             self._wake.wait(wait)
 
     def _evaluate(self) -> None:
+        """One pass: re-reads the stored certificate (it may have been replaced or removed
+        outside), then attempts only what is due: a 202's retry, an enrollment, a renewal."""
         now = self._clock()
-        if now < self._next_at:
+        if self._pending_op is not None and now < self._pending_at:
+            self._schedule(self._pending_at)
             return
         try:
             current = self._current()
         except (EstError, SecretError, OSError) as exc:
+            if now < self._backoff_until:
+                self._schedule(self._backoff_until)
+                return
             return self._failed(now, self._pending_op or SIMPLEENROLL, _describe(exc), None)
         if current is not None:
             self._note_certificate(current.cert)
@@ -355,6 +363,7 @@ class EnrollmentManager:
         if delay is None:
             delay = self.settings.retry_backoff_mins * 60
         retry_at = now + min(max(delay, low), high)
+        self._pending_at = retry_at
         with self._lock:
             self._status["outcome"] = "pending"
             self._status["lastError"] = None
