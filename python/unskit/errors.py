@@ -23,7 +23,12 @@
     │                                  the signal kernels cannot use
     ├── CipError (also ValueError): a CIP datagram or assembly value that cannot be built,
     │                               or an assembly plan that cannot be compiled
-    ├── DeviceError: a southbound device that cannot be reached or answered with an error;
+    ├── CredentialError (also ValueError): TLS material or policy that cannot be used (PEM that
+│                                       does not parse, a key not matching its certificate,
+│                                       an expired client certificate, an unknown cipher suite)
+├── TlsError (also OSError): a TLS handshake or record failure (device certificate refused,
+│                            no cipher suite in common, an alert from the device)
+├── DeviceError: a southbound device that cannot be reached or answered with an error;
     │                `connection_lost` asks the runtime to reconnect with backoff
     ├── CaptureError: a camera capture stage that failed (backend, encoding, persistence);
     │                 carries the failure body's code, stage and retriable flag
@@ -48,6 +53,7 @@ __all__ = [
     "CommandError",
     "ConfigError",
     "ConfigIssue",
+    "CredentialError",
     "DestinationError",
     "DeviceError",
     "EgressError",
@@ -60,6 +66,7 @@ __all__ = [
     "SecretError",
     "SignalError",
     "SourceChangedError",
+    "TlsError",
     "TransferInterruptedError",
     "UnsafePathError",
     "UnskitError",
@@ -155,6 +162,14 @@ class SignalError(UnskitError, ValueError):
 
 class CipError(UnskitError, ValueError):
     """A CIP datagram or assembly value that cannot be built, or a plan that cannot compile."""
+
+
+class CredentialError(UnskitError, ValueError):
+    """TLS material or policy that cannot be used; the message never contains the PEM."""
+
+
+class TlsError(UnskitError, OSError):
+    """A TLS handshake or record failure (refused certificate, no common suite, alert)."""
 
 
 class DeviceError(UnskitError):
