@@ -168,7 +168,9 @@ def test_the_allow_list_decides_the_suite(start_tls, tunnel, cip_pki, suites, ne
     st = tunnel()
     adapter = start_tls(tls_plc(st.endpoint, files_identity(cip_pki, cipherSuites=suites)))
     polled(adapter)
-    assert status(adapter)["security"]["tls"]["cipherSuite"] == negotiated
+    tls = status(adapter)["security"]["tls"]
+    assert tls["cipherSuite"] == negotiated
+    assert tls["allowedCipherSuites"] == [negotiated]
 
 
 def test_unverified_peer_polls_and_raises_tls_peer_unverified(start_tls, tunnel, cip_pki) -> None:
@@ -305,7 +307,7 @@ def test_trust_store_rollover_accepts_old_and_new_root_then_retires_the_old(
 
 
 def test_corrupt_pem_and_a_mismatched_key_keep_polling_on_the_previous_credentials(
-    start_tls, tunnel, cip_pki, vault
+    start_tls, tunnel, cip_pki, vault, capfd
 ) -> None:
     st = tunnel()
     store = vault[0]
@@ -331,7 +333,10 @@ def test_corrupt_pem_and_a_mismatched_key_keep_polling_on_the_previous_credentia
     assert status(adapter)["connected"] is True
     for message in events(adapter, "error", "tls-credential-rejected"):
         no_pem_in(json.dumps(message.body))
-    no_pem_in(json.dumps(status(adapter)))
+    no_pem_in(json.dumps(status(adapter)))  # describe() is its `device` part
+    logged = capfd.readouterr().err  # the runtime logs to stderr
+    assert "credentials rejected" in logged
+    no_pem_in(logged)
 
 
 def test_a_vault_change_reconnects_with_the_new_identity(start_tls, tunnel, cip_pki, vault) -> None:
@@ -391,3 +396,39 @@ def test_the_est_seam_swaps_credentials_and_reconnects(start_tls, tunnel, cip_pk
             cip_pki.client.chain.read_bytes(), cip_pki.device.key.read_bytes()
         )
     no_pem_in(str(refused.value))
+
+
+# -- the target's posture --------------------------------------------------------------------
+
+
+def test_a_target_with_cip_security_objects_reports_its_posture(
+    start_tls, tunnel, cip_pki, tmp_path
+) -> None:
+    secure = LogixSimulator(
+        ("Temp=REAL", "Count=DINT"), tmp_path / "secure", module="tests.cip.secure_logix"
+    )
+    secure.start()
+    st = Stunnel(
+        tmp_path / "st-secure", secure.port, cip_pki.device.chain, cip_pki.device.key, cip_pki.root
+    )
+    st.start()
+    try:
+        adapter = start_tls(
+            tls_plc(st.endpoint, files_identity(cip_pki)),
+            plc_instance("plain", secure.endpoint, plc_signal("Temp", "REAL")),
+        )
+        polled(adapter)
+        polled(adapter, "plain")
+        for instance in ("plc-tls", "plain"):
+            security = status(adapter, instance)["security"]
+            assert security["targetSupportsCipSecurity"] is True
+            target = security["target"]
+            assert target["state"] == "configured"
+            assert target["profiles"] == ["ethernetIpIntegrity", "ethernetIpConfidentiality"]
+            assert target["allowedCipherSuites"] == ["TLS_AES_128_GCM_SHA256"]
+            assert len(target["availableCipherSuites"]) == 3
+            assert (target["verifyClientCertificate"], target["checkExpiration"]) == (True, True)
+        assert status(adapter, "plain")["security"]["mode"] == "plaintext"
+    finally:
+        st.stop()
+        secure.stop()

@@ -45,6 +45,7 @@ from unskit.cip.security import (
     Credentials,
     ExpiryWatch,
     SecurityPolicy,
+    cipher_suite_names,
     load_credentials,
     parse_credentials,
 )
@@ -133,9 +134,9 @@ class PollDriver:
         return path
 
     def connect(self, deadline_s: float) -> None:
-        plc = self._open(deadline_s)
         if self._posture is None:
-            plc = self._ask_posture(plc, deadline_s)
+            self._ask_posture(deadline_s)
+        plc = self._open(deadline_s)
         if not self.connection.connected:
             plc.release_connection()  # nothing holds a CIP connection open
         self._plc = plc
@@ -144,7 +145,7 @@ class PollDriver:
         for signal in self.spec.signals():
             self._define(signal)
 
-    def _open(self, deadline_s: float) -> LogixSession:
+    def _open(self, deadline_s: float, *, probe: bool = False) -> LogixSession:
         transport = self._transport(deadline_s) if self.policy.tls else None
         plc = LogixSession(
             self._path(), routed=self.connection.slot is not None, transport=transport
@@ -155,26 +156,22 @@ class PollDriver:
             plc.open_session(deadline_s, self.spec.timing.request_timeout_ms / 1000)
         except DeviceError as error:
             raise DeviceError(f"{self.spec.endpoint}: {error}") from error
-        if transport is not None:
+        if transport is not None and not probe:
             self._note_handshake(transport)
         return plc
 
-    def _ask_posture(self, plc: LogixSession, deadline_s: float) -> LogixSession:
-        """Reads the target's CIP Security posture once per instance; a target that drops
-        the session on the unknown objects (cpppo) gets a fresh session."""
+    def _ask_posture(self, deadline_s: float) -> None:
+        """Reads the target's CIP Security posture once per instance, on a session of its
+        own: a target without the objects may end the session instead of answering (cpppo
+        does), which must not cost the polling session."""
+        session = self._open(deadline_s, probe=True)
         try:
-            self._posture = read_posture(plc.security_attribute) or False
+            self._posture = read_posture(session.security_attribute) or False
         except DeviceError as error:
             _log.info("%s: CIP Security objects not readable: %s", self.spec.id, error)
             self._posture = False
-        if self._posture:
-            return plc
-        # A target without the objects may have ended the session rather than answer
-        # (cpppo does, and pycomm3 then reports a parse error, not a closed socket): the
-        # session is opened afresh, once per instance.
-        _log.info("%s: the target has no CIP Security object; reopening", self.spec.id)
-        plc.close_quietly()
-        return self._open(deadline_s)
+        finally:
+            session.close_quietly()
 
     # -- CIP Security ----------------------------------------------------------------------
 
@@ -333,12 +330,15 @@ class PollDriver:
         if not self.policy.tls:
             return security
         credentials = self._credentials
+        names = cipher_suite_names()
         security["tls"] = {
             **self._tls_facts,
             "verifyPeer": self.policy.verify_peer,
             "serverName": self.policy.server_name or self.connection.host,
             "checkExpiration": self.policy.check_expiration,
-            "allowedCipherSuites": list(self.policy.cipher_suites or []) or "all AEAD",
+            "allowedCipherSuites": [names[n.strip().upper()] for n in self.policy.cipher_suites]
+            if self.policy.cipher_suites
+            else sorted(set(names.values())),
             "clientSource": self.policy.client_source,
             "clientCertificate": None if credentials is None else credentials.client.to_json(),
             "trustAnchors": 0 if credentials is None else len(credentials.roots),
