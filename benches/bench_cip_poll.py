@@ -15,9 +15,13 @@ from pycomm3.cip import DataTypes
 from pycomm3.const import BASE_TAG_BIT
 from tests.support.adapter import AdapterHarness
 from tests.support.cpppo import LogixSimulator
+from tests.support.pki import CipPki, make_cip_pki
 from tests.support.servers import wait_until
+from tests.support.stunnel import Stunnel
 
 from unskit.cip.component import EthernetIpAdapter
+from unskit.cip.logix import LogixSession, TlsTransport
+from unskit.cip.security import SecurityPolicy, load_credentials
 from unskit.envelope import Message
 
 TAGS = [(f"D{i}", "DINT") for i in range(100)] + [(f"R{i}", "REAL") for i in range(100)]
@@ -54,7 +58,7 @@ def bare_loop(endpoint: str) -> float:
     return good / elapsed
 
 
-def ours(harness: AdapterHarness, endpoint: str) -> float:
+def ours(harness: AdapterHarness, endpoint: str, security: dict[str, Any] | None = None) -> float:
     """Samples/s that reach a subscriber from the adapter polling the same tags."""
     signals = [{"name": name.lower(), "tagPath": name, "type": kind} for name, kind in TAGS]
     component: dict[str, Any] = {
@@ -62,7 +66,11 @@ def ours(harness: AdapterHarness, endpoint: str) -> float:
             {
                 "id": "plc-1",
                 # Multi-tag requests over a connection, as the bare pycomm3 loop does.
-                "connection": {"endpoint": endpoint, "connected": True},
+                "connection": {
+                    "endpoint": endpoint,
+                    "connected": True,
+                    **({"security": security} if security else {}),
+                },
                 "defaults": {"publishMode": "always"},
                 "pollGroups": [{"pollIntervalMs": int(INTERVAL_S * 1000), "signals": signals}],
             }
@@ -114,3 +122,73 @@ def test_poll_tags_per_second(benchmark, ratio, broker, tmp_path: Path) -> None:
     )
     print(f"\n{row}")
     assert row["ratio"] >= TARGET, row
+
+
+# -- CIP Security: the same poll inside mutual TLS, and the cost of opening a session ----------
+
+TLS_TARGET = 0.9
+OPENS = 30
+
+
+def _tls_security(pki: CipPki) -> dict[str, Any]:
+    return {
+        "mode": "tls",
+        "client": {"certFile": str(pki.client.chain), "keyFile": str(pki.client.key)},
+        "ca": {"file": str(pki.root)},
+    }
+
+
+def test_poll_over_tls_beside_plaintext(benchmark, ratio, broker, tmp_path: Path) -> None:
+    simulator = LogixSimulator([f"{n}={k}" for n, k in TAGS], tmp_path / "cpppo").start()
+    pki = make_cip_pki(tmp_path / "pki")
+    tunnel = Stunnel(
+        tmp_path / "stunnel", simulator.port, pki.device.chain, pki.device.key, pki.root
+    ).start()
+    harness = AdapterHarness(broker, tmp_path)
+    results: dict[str, float] = {}
+
+    def run() -> None:
+        results["plain"] = ours(harness, simulator.endpoint)
+        results["tls"] = ours(harness, tunnel.endpoint, _tls_security(pki))
+        results["plain_open"] = _opens_per_s(simulator.endpoint, None)
+        results["tls_open"] = _opens_per_s(tunnel.endpoint, pki)
+
+    try:
+        benchmark.pedantic(run, rounds=1, iterations=1)
+    finally:
+        harness.close()
+        tunnel.stop()
+        simulator.stop()
+    poll = ratio(
+        "cip poll 200 tags @100 ms over mutual TLS via stunnel (tags/s)",
+        results["tls"],
+        "the same poll in plaintext, direct",
+        results["plain"],
+        target=TLS_TARGET,
+    )
+    opened = ratio(
+        "cip session open over mutual TLS via stunnel (opens/s)",
+        results["tls_open"],
+        "plaintext session open, direct",
+        results["plain_open"],
+        ours_ms=round(1000 / results["tls_open"], 2),
+        anchor_ms=round(1000 / results["plain_open"], 2),
+    )
+    print(f"\n{poll}\n{opened}")
+    assert poll["ratio"] >= TLS_TARGET, poll
+
+
+def _opens_per_s(endpoint: str, pki: CipPki | None) -> float:
+    """Sessions opened (TCP, TLS handshake when `pki`, RegisterSession, identity) per second."""
+    transport = None
+    if pki is not None:
+        policy = SecurityPolicy.from_block(_tls_security(pki))
+        config = load_credentials(policy, None).config(policy)
+    started = time.monotonic()
+    for _ in range(OPENS):
+        if pki is not None:
+            transport = TlsTransport(config, "127.0.0.1", 5.0)
+        plc = LogixSession(endpoint, routed=False, transport=transport)
+        plc.open_session(5.0, 5.0)
+        plc.close_quietly()
+    return OPENS / (time.monotonic() - started)

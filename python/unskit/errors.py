@@ -23,7 +23,12 @@
     │                                  the signal kernels cannot use
     ├── CipError (also ValueError): a CIP datagram or assembly value that cannot be built,
     │                               or an assembly plan that cannot be compiled
-    ├── DeviceError: a southbound device that cannot be reached or answered with an error;
+    ├── CredentialError (also ValueError): TLS material or policy that cannot be used (PEM that
+│                                       does not parse, a key not matching its certificate,
+│                                       an expired client certificate, an unknown cipher suite)
+├── TlsError (also OSError): a TLS handshake or record failure (device certificate refused,
+│                            no cipher suite in common, an alert from the device)
+├── DeviceError: a southbound device that cannot be reached or answered with an error;
     │                `connection_lost` asks the runtime to reconnect with backoff
     ├── EstError: an EST (RFC 7030) enrollment that failed: server unreachable, TLS refused,
     │             an HTTP error, or a reply that is not what the protocol promises
@@ -50,6 +55,7 @@ __all__ = [
     "CommandError",
     "ConfigError",
     "ConfigIssue",
+    "CredentialError",
     "DestinationError",
     "DeviceError",
     "EgressError",
@@ -63,6 +69,7 @@ __all__ = [
     "SecretError",
     "SignalError",
     "SourceChangedError",
+    "TlsError",
     "TransferInterruptedError",
     "UnsafePathError",
     "UnskitError",
@@ -158,6 +165,14 @@ class SignalError(UnskitError, ValueError):
 
 class CipError(UnskitError, ValueError):
     """A CIP datagram or assembly value that cannot be built, or a plan that cannot compile."""
+
+
+class CredentialError(UnskitError, ValueError):
+    """TLS material or policy that cannot be used; the message never contains the PEM."""
+
+
+class TlsError(UnskitError, OSError):
+    """A TLS handshake or record failure (refused certificate, no common suite, alert)."""
 
 
 class DeviceError(UnskitError):

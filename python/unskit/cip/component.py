@@ -13,8 +13,10 @@ from unskit.cip.enrollment import EnrolledIdentity, EnrollmentManager, est_enabl
 from unskit.cip.push import CipPushDriver, IoHubs
 from unskit.commands import ReloadOutcome
 from unskit.config.model import ComponentConfig
+from unskit.config.vault import VaultSecrets
 from unskit.errors import UnskitError
 from unskit.runtime.component import Runtime
+from unskit.runtime.events import Events
 from unskit.southbound.component import Candidate, SouthboundComponent
 from unskit.southbound.driver import DeviceDriver, InstanceSpec
 from unskit.southbound.service import DriverFactory
@@ -31,11 +33,23 @@ _log = logging.getLogger(__name__)
 CREDENTIAL_SWAP = "swap_client_credentials"
 
 
-def _poll_driver(spec: InstanceSpec) -> DeviceDriver:
+def _poll_driver(
+    spec: InstanceSpec, secrets: VaultSecrets | None, events_of: Callable[[], Events | None]
+) -> DeviceDriver:
     # Imported on first use: a sim-only adapter never loads pycomm3.
     from unskit.cip.poll import PollDriver
 
-    return PollDriver(spec)
+    def emit(severity: str, event_type: str, context: Mapping[str, Any]) -> None:
+        events = events_of()  # looked up per event: the runtime may start after the driver
+        if events is None:
+            _log.info("instance %s: %s %s %s", spec.id, severity, event_type, dict(context))
+            return
+        try:
+            events.emit(severity, event_type, context, instance=spec.id)
+        except UnskitError as error:
+            _log.warning("%s of %s not published: %s", event_type, spec.id, error)
+
+    return PollDriver(spec, secrets=secrets, events=emit)
 
 
 def _is_push(spec: InstanceSpec) -> bool:
@@ -47,6 +61,7 @@ class EthernetIpAdapter(SouthboundComponent):
 
     token: ClassVar[str] = TOKEN
     schema: ClassVar[Mapping[str, Any] | None] = component_schema()
+    _secrets: VaultSecrets | None = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -64,9 +79,12 @@ class EthernetIpAdapter(SouthboundComponent):
         if _is_push(spec):
             metrics = None if self._runtime is None else self._runtime.metrics
             return CipPushDriver(spec, self._io_hubs, metrics)
-        driver = _poll_driver(spec)
+        driver = _poll_driver(spec, self._secrets, self._events)
         driver.enrollment = self._enrollment(spec, driver)  # type: ignore[attr-defined]
         return driver
+
+    def _events(self) -> Events | None:
+        return None if self._runtime is None else self._runtime.events
 
     def _enrollment(self, spec: InstanceSpec, driver: DeviceDriver) -> EnrollmentManager | None:
         """The instance's EST manager, not yet started: the service may still discard the
@@ -74,11 +92,10 @@ class EthernetIpAdapter(SouthboundComponent):
         security = spec.entry["connection"].get("security")
         if not est_enabled(security) or spec.unavailable is not None or self._runtime is None:
             return None
-        config = self._runtime.config
         return EnrollmentManager(
             spec.id,
             security,
-            secrets=None if config.credentials is None else config.secrets(),
+            secrets=self._secrets,
             events=self._runtime.events,
             metrics=self._runtime.metrics,
             on_enrolled=_credential_swap(spec.id, driver),
@@ -86,6 +103,9 @@ class EthernetIpAdapter(SouthboundComponent):
 
     def parse(self, config: ComponentConfig) -> Candidate:
         """Valid instances with precedence resolved; malformed ones skipped with their path."""
+        # The drivers of this candidate resolve with its vault (parse runs right before the
+        # candidate is applied); nothing is opened until a tls connect reads it.
+        self._secrets = config.secrets() if config.credentials is not None else None
         return parse_component(config)
 
     def start(self, runtime: Runtime) -> None:
