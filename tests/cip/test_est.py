@@ -843,3 +843,138 @@ def test_the_credential_swap_seam(caplog) -> None:
     caplog.set_level(logging.INFO)
     _credential_swap("plc-1", object())(identity)  # type: ignore[arg-type]
     assert "reads them at its next connect" in caplog.text
+
+
+# -- end to end: enrolled, then polled through stunnel with the enrolled certificate ---------
+
+
+@pytest.fixture
+def est_e2e(tmp_path: Path, broker: Mosquitto, restore_root_logging: None) -> Iterator[Any]:
+    """cpppo behind stunnel that accepts only client certificates from the EST CA; the EST
+    server accepts the CIP PKI's client certificate as a bootstrap identity."""
+    from tests.support.pki import make_cip_pki
+    from tests.support.stunnel import Stunnel
+
+    cip = make_cip_pki(tmp_path / "cip-pki")
+    bootstrap_cas = cip.root.read_text() + cip.intermediate.read_text()
+    server = EstServer(tmp_path / "est", client_cas=[bootstrap_cas]).start()
+    (tmp_path / "est-ca.pem").write_text(server.ca_pem)
+    simulator = LogixSimulator(("Temp=REAL",), tmp_path / "cpppo").start()
+    tunnel = Stunnel(
+        tmp_path / "stunnel",
+        simulator.port,
+        cip.device.chain,
+        cip.device.key,
+        tmp_path / "est-ca.pem",
+    ).start()
+    key = VaultKey.generate()
+    (tmp_path / "vault.key").write_text(key.to_text())
+    harness = AdapterHarness(broker, tmp_path)
+    try:
+        yield cip, server, tunnel, Vault(tmp_path / "vault.json", key), harness
+    finally:
+        harness.close()
+        tunnel.stop()
+        simulator.stop()
+        server.stop()
+
+
+def _tls_document(
+    tmp_path: Path, harness: AdapterHarness, endpoint: str, est_block: dict[str, Any], ca: Path
+):
+    instance = plc_instance("plc-1", endpoint, plc_signal("Temp", "REAL"))
+    instance["connection"]["security"] = {
+        "mode": "tls",
+        "client": {"certSecret": "plc-id"},
+        "ca": {"file": str(ca)},
+        "est": {"enabled": True, "trust": {"file": str(tmp_path / "est-ca.pem")}, **est_block},
+    }
+    return harness.document(
+        {"instances": [instance], "global": {"timing": FAST_TIMING}},
+        credentials={
+            "vaultPath": str(tmp_path / "vault.json"),
+            "keyFile": str(tmp_path / "vault.key"),
+        },
+    )
+
+
+def _client_cert(adapter: Any) -> dict[str, Any] | None:
+    status = adapter.client.call("status", instance="plc-1")
+    if not status["connected"]:
+        return None
+    return status["security"]["tls"]["clientCertificate"]
+
+
+def test_enrolled_then_polled_through_stunnel_with_the_enrolled_certificate(
+    est_e2e: Any, tmp_path: Path
+) -> None:
+    cip, server, tunnel, vault, harness = est_e2e
+    est_block = {
+        "server": server.url,
+        "auth": {"bootstrap": {"certFile": str(cip.client.chain), "keyFile": str(cip.client.key)}},
+        "subject": "line-1-originator",
+    }
+    adapter = harness.start(
+        EthernetIpAdapter, _tls_document(tmp_path, harness, tunnel.endpoint, est_block, cip.root)
+    )
+    wait_until(
+        lambda: _client_cert(adapter) is not None, 30, "a TLS session with the enrolled cert"
+    )
+    stored = vault.get("plc-id")
+    assert not isinstance(stored, str)
+    enrolled = leaf(stored["certPem"])
+    in_use = _client_cert(adapter)
+    assert in_use is not None
+    assert in_use["subject"] == "CN=line-1-originator"
+    assert in_use["serial"] == format(enrolled.serial_number, "x")
+    (request,) = server.requests
+    assert (request.operation, request.client_cn) == ("simpleenroll", "edge-client")
+    data = adapter.data_topic("plc-1", "temp")
+    # stunnel accepts only EST-CA client certificates: the data came over the enrolled one.
+    wait_until(lambda: len(adapter.seen.on(data)) > 0, 20, "data polled through stunnel")
+
+
+def test_renewed_certificate_is_swapped_in_while_polling_continues(
+    est_e2e: Any, tmp_path: Path
+) -> None:
+    cip, server, tunnel, vault, harness = est_e2e
+    key = ec.generate_private_key(ec.SECP256R1())
+    not_after = NOW + datetime.timedelta(days=5)
+    old = server.issue(
+        key.public_key(),
+        "plc-originator-7",
+        not_before=not_after - datetime.timedelta(days=90),
+        not_after=not_after,
+    )
+    vault.put(
+        "plc-id",
+        {
+            "certPem": old.public_bytes(PEM).decode(),
+            "keyPem": key.private_bytes(
+                PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            ).decode(),
+        },
+    )
+    server.pending = 1  # the renewal answers 202 first: polling goes on with the old cert
+    adapter = harness.start(
+        EthernetIpAdapter,
+        _tls_document(tmp_path, harness, tunnel.endpoint, {"server": server.url}, cip.root),
+    )
+    data = adapter.data_topic("plc-1", "temp")
+    wait_until(lambda: len(adapter.seen.on(data)) > 0, 20, "data polled with the old cert")
+
+    def renewed() -> bool:
+        cert = _client_cert(adapter)
+        return cert is not None and cert["serial"] != format(old.serial_number, "x")
+
+    wait_until(renewed, 30, "the renewed certificate in use")
+    assert [r.status for r in server.requests] == [202, 200]
+    assert all(r.client_cn == "plc-originator-7" for r in server.requests)
+    seen = len(adapter.seen.on(data))
+    reads = adapter.client.call("status", instance="plc-1")["counters"]["reads"]
+    wait_until(
+        lambda: adapter.client.call("status", instance="plc-1")["counters"]["reads"] > reads + 2,
+        20,
+        "polling with the renewed cert",
+    )
+    assert len(adapter.seen.on(data)) >= seen

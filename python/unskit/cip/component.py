@@ -160,7 +160,12 @@ def _credential_swap(instance: str, driver: DeviceDriver) -> Callable[[EnrolledI
         try:
             swap(identity.cert_pem.encode(), identity.key_pem.reveal().encode(), ca)
         except UnskitError as error:
-            # Stored already: the transport's next read of `into` gets another chance.
-            _log.warning("instance %s: enrolled credentials refused: %s", instance, error)
+            # Stored already: the transport's next connect reads them from `into`.
+            _log.warning(
+                "instance %s: enrolled credentials not swapped in (%s); the transport reads "
+                "them from the into destination at its next connect",
+                instance,
+                error,
+            )
 
     return enrolled
