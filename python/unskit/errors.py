@@ -24,11 +24,11 @@
     ├── CipError (also ValueError): a CIP datagram or assembly value that cannot be built,
     │                               or an assembly plan that cannot be compiled
     ├── CredentialError (also ValueError): TLS material or policy that cannot be used (PEM that
-│                                       does not parse, a key not matching its certificate,
-│                                       an expired client certificate, an unknown cipher suite)
-├── TlsError (also OSError): a TLS handshake or record failure (device certificate refused,
-│                            no cipher suite in common, an alert from the device)
-├── DeviceError: a southbound device that cannot be reached or answered with an error;
+    │                                       does not parse, a key not matching its certificate,
+    │                                       an expired client certificate, an unknown cipher suite)
+    ├── TlsError (also OSError): a TLS handshake or record failure (device certificate refused,
+    │                            no cipher suite in common, an alert from the device)
+    ├── DeviceError: a southbound device that cannot be reached or answered with an error;
     │                `connection_lost` asks the runtime to reconnect with backoff
     ├── EstError: an EST (RFC 7030) enrollment that failed: server unreachable, TLS refused,
     │             an HTTP error, or a reply that is not what the protocol promises
