@@ -283,3 +283,14 @@ def test_unconnected_reads_record_their_type_code_too(logix: LogixSimulator):
         assert plc._target_is_connected is False
     finally:
         plc.close_quietly()
+
+
+def test_the_loggers_quieted_during_a_posture_read_are_pycomm3s():
+    # logix.quiet_probe filters these loggers by name: pycomm3 names them module.qualname.
+    from pycomm3.cip_driver import CIPDriver
+    from pycomm3.packets.ethernetip import SendRRDataResponsePacket
+
+    assert CIPDriver._CIPDriver__log.name == "pycomm3.cip_driver.CIPDriver"
+    assert LogixDriver._LogixDriver__log.name == "pycomm3.logix_driver.LogixDriver"
+    packet_log = SendRRDataResponsePacket._SendRRDataResponsePacket__log
+    assert packet_log.name == "pycomm3.packets.ethernetip.SendRRDataResponsePacket"

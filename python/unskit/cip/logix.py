@@ -41,8 +41,10 @@ pycomm3 exception. What it adds to LogixDriver, and the internals each part lean
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pycomm3 import CommError, LogixDriver, PycommError
@@ -63,9 +65,47 @@ from unskit._core import tls as _tls
 from unskit.elementary_types import TYPES
 from unskit.errors import CredentialError, DeviceError, TlsError
 
-__all__ = ["REFUSED", "LogixSession", "TagResult", "TlsTransport", "base_tag", "element_index"]
+__all__ = [
+    "REFUSED",
+    "LogixSession",
+    "TagResult",
+    "TlsTransport",
+    "base_tag",
+    "element_index",
+    "quiet_probe",
+]
 
 _log = logging.getLogger(__name__)
+
+#: Set on a thread while it asks for a CIP Security attribute: a target without the object
+#: makes pycomm3 log ERRORs for an outcome the caller expects and reports itself.
+_probing = threading.local()
+
+
+class _QuietWhileProbing(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_probing, "active", False)
+
+
+@contextlib.contextmanager
+def quiet_probe() -> Iterator[None]:
+    """Drops pycomm3's log records of this thread inside: a posture read and the close of
+    the session it may have broken fail by design on a target without the objects."""
+    _probing.active = True
+    try:
+        yield
+    finally:
+        _probing.active = False
+
+
+# pycomm3's loggers are named `module.qualname`; a filter acts on the logger it is added to.
+for _name in (
+    "pycomm3.cip_driver.CIPDriver",
+    "pycomm3.logix_driver.LogixDriver",
+    "pycomm3.packets.ethernetip.SendRRDataResponsePacket",
+    "pycomm3.packets.base.ResponsePacket",
+):
+    logging.getLogger(_name).addFilter(_QuietWhileProbing())
 
 #: One tag service's outcome: `tag`, `value`, `type` and `error` (None when it succeeded).
 TagResult = Tag

@@ -36,6 +36,7 @@ from unskit.cip.logix import (
     TlsTransport,
     base_tag,
     element_index,
+    quiet_probe,
 )
 from unskit.cip.posture import read_posture
 from unskit.cip.security import (
@@ -175,13 +176,16 @@ class PollDriver:
         own: a target without the objects may end the session instead of answering (cpppo
         does), which must not cost the polling session."""
         session = self._open(deadline_s, probe=True)
-        try:
-            self._posture = read_posture(session.security_attribute) or False
-        except DeviceError as error:
-            _log.info("%s: CIP Security objects not readable: %s", self.spec.id, error)
-            self._posture = False
-        finally:
-            session.close_quietly()
+        with quiet_probe():
+            try:
+                self._posture = read_posture(session.security_attribute) or False
+            except DeviceError as error:
+                _log.info("%s: CIP Security objects not readable: %s", self.spec.id, error)
+                self._posture = False
+            finally:
+                session.close_quietly()
+        if not self._posture:
+            _log.info("%s: the target has no CIP Security object", self.spec.id)
 
     # -- CIP Security ----------------------------------------------------------------------
 
