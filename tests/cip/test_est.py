@@ -482,6 +482,24 @@ def test_a_misbehaving_server_leaves_the_current_credentials(
     assert metrics.counter("southbound_health", "estFailures", {"instance": "plc-1"}).total == 1
 
 
+def test_est_trust_from_a_trust_store_trusts_every_retained_version(
+    est: EstServer, run, vault_files: VaultSecrets, tmp_path: Path, pki: Pki
+) -> None:
+    vault = vault_files.vault()
+    vault.put("est-roots", est.ca_pem)
+    vault.put("est-roots", pki.other_ca.read_text(), keep_versions=1)  # a rollover under way
+    bootstrap = {"certFile": str(pki.client_cert), "keyFile": str(pki.client_key)}
+    settings = security(est, tmp_path, trust={"trustStore": "est-roots"})
+    settings["est"]["auth"] = {"bootstrap": bootstrap}
+    manager, _, _, _ = run(settings)
+    assert settled(manager, "enrolled", "failed")["outcome"] == "enrolled"
+    assert vault.retire_versions("est-roots") == 1
+    vault.delete("plc-id")
+    manager.wake()
+    status = settled(manager, "failed")
+    assert "server certificate not trusted" in status["lastError"], "the retired root is gone"
+
+
 def test_an_untrusted_est_server_is_refused(est: EstServer, run, tmp_path: Path, pki: Pki) -> None:
     settings = security(est, tmp_path, trust={"file": str(pki.ca)})
     manager, _, _, _ = run(settings)

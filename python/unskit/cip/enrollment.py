@@ -619,13 +619,12 @@ class EnrollmentManager:
         if "bundle" in block:
             return self._bundle_ca({"certSecret": block["bundle"]})
         vault = self._vault()
-        if "secret" in block or "trustStore" in block:
-            value = vault.get(block.get("secret") or block["trustStore"])
-            if isinstance(value, str):
-                return value
-            if "caPem" in value:
-                return value["caPem"]
-            raise EstError("the EST trust secret is a bundle without caPem")
+        if "secret" in block:
+            return _ca_pem(vault.get(block["secret"]), f"secret {block['secret']!r}")
+        if "trustStore" in block:
+            # As for the connection: every retained version is trusted during a rollover.
+            name = block["trustStore"]
+            return "".join(_ca_pem(v, f"trustStore {name!r}") for v in vault.versions(name))
         if "cert" in block:
             ref = SecretRef.parse(block["cert"])
             if ref is not None:
@@ -660,6 +659,16 @@ class EnrollmentManager:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+def _ca_pem(value: str | Mapping[str, str], what: str) -> str:
+    """A CA secret's PEM: a plain value, or every certificate field of a bundle."""
+    if isinstance(value, str):
+        return value
+    parts = [text for _, text in sorted(value.items()) if "-----BEGIN CERTIFICATE-----" in text]
+    if not parts:
+        raise EstError(f"the EST trust {what} holds no PEM certificate in any field")
+    return "\n".join(parts)
 
 
 def _csr(key: ec.EllipticCurvePrivateKey, common_name: str) -> x509.CertificateSigningRequest:
