@@ -601,6 +601,23 @@ def test_a_certs_only_bag_made_by_openssl_parses(tmp_path: Path, pki: Pki) -> No
         assert sorted(cn(c) for c in certs) == ["edge-device-1", "unskit test CA"]
 
 
+def test_random_reply_bodies_are_est_errors_never_crashes() -> None:
+    import email.message
+    import random
+
+    from unskit.cip.est import parse_certs_only
+
+    headers = email.message.Message()
+    headers["Content-Type"] = "application/pkcs7-mime"
+    rng = random.Random(7030)
+    for _ in range(300):
+        body = rng.randbytes(rng.randrange(0, 300))
+        if rng.random() < 0.5:
+            body = base64.encodebytes(b"\x30" + body)
+        with pytest.raises(EstError, match="EST cacerts: "):
+            parse_certs_only("cacerts", headers, body)  # type: ignore[arg-type]
+
+
 def test_client_url_rules() -> None:
     from unskit.cip.est import EstClient
 

@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs7
 
@@ -201,7 +202,7 @@ def parse_certs_only(
     der = _decode_body(operation, body)
     try:
         certificates = pkcs7.load_der_pkcs7_certificates(der)
-    except ValueError as exc:
+    except (ValueError, UnsupportedAlgorithm) as exc:
         raise EstError(f"EST {operation}: reply is not a PKCS#7 certs-only structure") from exc
     if not certificates:
         raise EstError(f"EST {operation}: the PKCS#7 reply holds no certificate")
