@@ -144,9 +144,6 @@ impl TlsSocket {
         Ok(PyBytes::new(py, &data))
     }
 
-    /// Accepted for pycomm3's SO_KEEPALIVE; TCP keepalive does not change a TLS session.
-    fn setsockopt(&self, _level: i32, _option: i32, _value: i32) {}
-
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         self.with_stream(py, |stream| {
             stream.close();
