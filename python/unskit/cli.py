@@ -158,8 +158,11 @@ def _vault(args: argparse.Namespace) -> int:
             for name in vault.names():
                 print(name)
         elif args.vault_command == "put":
-            vault.put(args.name, _read_value(args))
+            vault.put(args.name, _read_value(args), keep_versions=args.keep_versions)
             print(f"stored secret {args.name!r} in {args.vault}")
+        elif args.vault_command == "retire":
+            removed = vault.retire_versions(args.name, keep=args.keep)
+            print(f"retired {removed} earlier version(s) of {args.name!r}")
         elif args.vault_command == "delete":
             if not vault.delete(args.name):
                 print(f"vault {args.vault} has no secret named {args.name!r}", file=sys.stderr)
@@ -253,6 +256,17 @@ def _add_vault_parser(commands: Any) -> None:
     put.add_argument(
         "--json", action="store_true", help="the value is a bundle: a JSON object of strings"
     )
+    put.add_argument(
+        "--keep-versions",
+        type=int,
+        default=0,
+        metavar="N",
+        help="retain up to N earlier values (a ca.trustStore trusts them all during a rollover)",
+    )
+
+    retire = common("retire", "drop the retained earlier values of a secret")
+    retire.add_argument("name")
+    retire.add_argument("--keep", type=int, default=0, metavar="N", help="newest N to keep")
 
     get = common("get", "show whether a secret is set; its value only with --reveal")
     get.add_argument("name")

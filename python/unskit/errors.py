@@ -23,8 +23,15 @@
     │                                  the signal kernels cannot use
     ├── CipError (also ValueError): a CIP datagram or assembly value that cannot be built,
     │                               or an assembly plan that cannot be compiled
+    ├── CredentialError (also ValueError): TLS material or policy that cannot be used (PEM that
+    │                                       does not parse, a key not matching its certificate,
+    │                                       an expired client certificate, an unknown cipher suite)
+    ├── TlsError (also OSError): a TLS handshake or record failure (device certificate refused,
+    │                            no cipher suite in common, an alert from the device)
     ├── DeviceError: a southbound device that cannot be reached or answered with an error;
     │                `connection_lost` asks the runtime to reconnect with backoff
+    ├── EstError: an EST (RFC 7030) enrollment that failed: server unreachable, TLS refused,
+    │             an HTTP error, or a reply that is not what the protocol promises
     ├── CaptureError: a camera capture stage that failed (backend, encoding, persistence);
     │                 carries the failure body's code, stage and retriable flag
     └── EgressError: a file that could not be delivered to one egress destination
@@ -48,10 +55,12 @@ __all__ = [
     "CommandError",
     "ConfigError",
     "ConfigIssue",
+    "CredentialError",
     "DestinationError",
     "DeviceError",
     "EgressError",
     "EnvelopeError",
+    "EstError",
     "ImageError",
     "MessagingError",
     "PublishError",
@@ -61,6 +70,7 @@ __all__ = [
     "SignalError",
     "SoapDeviceError",
     "SourceChangedError",
+    "TlsError",
     "TransferInterruptedError",
     "UnsafePathError",
     "UnskitError",
@@ -158,6 +168,14 @@ class CipError(UnskitError, ValueError):
     """A CIP datagram or assembly value that cannot be built, or a plan that cannot compile."""
 
 
+class CredentialError(UnskitError, ValueError):
+    """TLS material or policy that cannot be used; the message never contains the PEM."""
+
+
+class TlsError(UnskitError, OSError):
+    """A TLS handshake or record failure (refused certificate, no common suite, alert)."""
+
+
 class DeviceError(UnskitError):
     """A device that cannot be reached or answered with an error. `connection_lost` tells
     the runtime to reconnect (with backoff) rather than count one failed request."""
@@ -167,6 +185,15 @@ class DeviceError(UnskitError):
         self.connection_lost = connection_lost
         #: A protocol-level status (a CIP general status, an OPC UA status code) when known.
         self.code = code
+
+
+class EstError(UnskitError):
+    """An EST enrollment step that failed; `retry_after_s` is set when the server asked for
+    a later retry (HTTP 202 or 503 with Retry-After)."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class CaptureError(UnskitError):

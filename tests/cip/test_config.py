@@ -421,13 +421,17 @@ def _string_type(entry: dict[str, Any]) -> str:
     return "$.component.instances[0].pollGroups[0].signals[0].type"
 
 
-def _tls_mode(entry: dict[str, Any]) -> str:
-    entry["connection"]["security"] = {"mode": "tls", "client": {"certSecret": "bundle"}}
-    return "$.component.instances[0].connection.security.mode: tls is not available"
+def _cbc_suite(entry: dict[str, Any]) -> str:
+    entry["connection"]["security"] = {
+        "mode": "tls",
+        "client": {"certSecret": "bundle"},
+        "cipherSuites": ["TLS_AES_128_GCM_SHA256", "TLS_RSA_WITH_AES_128_CBC_SHA"],
+    }
+    return "$.component.instances[0].connection.security.cipherSuites[1]: 'TLS_RSA_WITH"
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("breaks", [_string_type, _tls_mode], ids=["malformed", "tls"])
+@pytest.mark.parametrize("breaks", [_string_type, _cbc_suite], ids=["malformed", "tls-suite"])
 def test_validate_reports_an_instance_that_would_not_run_with_its_path(
     tmp_path: Path, breaks
 ) -> None:
@@ -447,13 +451,12 @@ def test_validate_reports_an_instance_that_would_not_run_with_its_path(
     assert expected in result.stderr
 
 
-def test_a_tls_instance_is_parsed_as_failed_with_its_path() -> None:
+def test_a_tls_instance_parses_on_port_2221() -> None:
     security = {"mode": "tls", "client": {"certSecret": "bundle"}}
     tls = poll_instance("plc-tls", connection={"endpoint": "10.0.0.9", "security": security})
     document = config(poll_instance("good"), tls)
-    good, failed = parse_component(document).specs
+    good, secured = parse_component(document).specs
     assert good.unavailable is None
-    assert failed.unavailable is not None
-    assert failed.unavailable.path == "$.component.instances[1].connection.security.mode"
-    assert failed.endpoint == "10.0.0.9:2221"
-    assert EthernetIpAdapter.configuration_issues(document) == [failed.unavailable]
+    assert secured.unavailable is None
+    assert secured.endpoint == "10.0.0.9:2221"
+    assert EthernetIpAdapter.configuration_issues(document) == []

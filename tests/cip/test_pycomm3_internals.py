@@ -58,8 +58,27 @@ def test_the_session_overrides_nothing_of_logix_driver_but_send():
     ours = {name for name in vars(LogixSession) if not name.startswith("__")}
     assert ours & set(dir(LogixDriver)) == {"send"}
     bare = LogixDriver("127.0.0.1", init_tags=False, init_program_tags=False)
-    assert not set(vars(session())) - {"routed", "_unskit_reply_types"} - set(vars(bare))
-    assert not {"routed", "_unskit_reply_types"} & set(vars(bare))
+    ours = {"routed", "_unskit_reply_types", "transport"}
+    assert not set(vars(session())) - ours - set(vars(bare))
+    assert not ours & set(vars(bare))
+
+
+def test_open_uses_a_socket_set_beforehand_and_the_socket_layer_uses_only_sock():
+    # TlsTransport relies on both: CIPDriver.open() keeps a `_sock` set before it, and
+    # pycomm3's Socket does its I/O through `self.sock` (send, recv, settimeout, close).
+    import inspect
+
+    from pycomm3.cip_driver import CIPDriver
+    from pycomm3.socket_ import Socket
+
+    assert "if self._sock is None" in inspect.getsource(CIPDriver.open)
+    for method, calls in (
+        (Socket.send, ("self.sock.send(", "self.sock.settimeout(")),
+        (Socket.receive, ("self.sock.recv(", "self.sock.settimeout(")),
+        (Socket.close, ("self.sock.close()",)),
+    ):
+        source = inspect.getsource(method)
+        assert all(call in source for call in calls), method.__name__
 
 
 def test_tags_is_the_table_pycomm3_looks_tags_up_in():
@@ -264,3 +283,14 @@ def test_unconnected_reads_record_their_type_code_too(logix: LogixSimulator):
         assert plc._target_is_connected is False
     finally:
         plc.close_quietly()
+
+
+def test_the_loggers_quieted_during_a_posture_read_are_pycomm3s():
+    # logix.quiet_probe filters these loggers by name: pycomm3 names them module.qualname.
+    from pycomm3.cip_driver import CIPDriver
+    from pycomm3.packets.ethernetip import SendRRDataResponsePacket
+
+    assert CIPDriver._CIPDriver__log.name == "pycomm3.cip_driver.CIPDriver"
+    assert LogixDriver._LogixDriver__log.name == "pycomm3.logix_driver.LogixDriver"
+    packet_log = SendRRDataResponsePacket._SendRRDataResponsePacket__log
+    assert packet_log.name == "pycomm3.packets.ethernetip.SendRRDataResponsePacket"

@@ -331,3 +331,20 @@ def test_vault_get_unknown_name_exits_2(vault_files: tuple[str, str]) -> None:
     result = run("vault", "get", "nope", "--vault", vault, "--key-file", key)
     assert result.returncode == 2
     assert "no secret named 'nope'" in result.stderr
+
+
+@pytest.mark.slow
+def test_vault_put_keeps_versions_and_retire_drops_them(vault_files: tuple[str, str]) -> None:
+    from unskit.config import Vault, VaultKey
+
+    vault, key = vault_files
+    common = ("--vault", vault, "--key-file", key)
+    assert run("vault", "put", "trust", *common, stdin="old-root").returncode == 0
+    kept = run("vault", "put", "trust", "--keep-versions", "1", *common, stdin="new-root")
+    assert kept.returncode == 0, kept.stderr
+    opened = Vault(vault, VaultKey.from_file(key))
+    assert opened.versions("trust") == ["new-root", "old-root"]
+    retired = run("vault", "retire", "trust", *common)
+    assert retired.returncode == 0, retired.stderr
+    assert "retired 1" in retired.stdout
+    assert opened.versions("trust") == ["new-root"]

@@ -205,3 +205,74 @@ def test_vault_secrets_resolver_reads_key_file_or_env(
 
 def test_secret_error_is_an_unskit_error() -> None:
     assert issubclass(SecretError, UnskitError)
+
+
+# -- retained versions (managed trust stores: old and new roots during a rollover) -----------
+
+
+def test_versions_are_kept_only_when_asked(vault: Vault) -> None:
+    vault.put("trust", "root-1")
+    vault.put("trust", "root-2")
+    assert vault.versions("trust") == ["root-2"], "a plain put replaces"
+    vault.put("trust", "root-3", keep_versions=2)
+    vault.put("trust", {"caPem": "root-4"}, keep_versions=2)
+    assert vault.versions("trust") == [{"caPem": "root-4"}, "root-3", "root-2"]
+    vault.put("trust", "root-5", keep_versions=2)
+    assert vault.versions("trust") == ["root-5", {"caPem": "root-4"}, "root-3"], "at most 2"
+    assert vault.get("trust") == "root-5"
+
+
+def test_putting_the_same_value_again_keeps_no_duplicate(vault: Vault) -> None:
+    vault.put("trust", "root-1")
+    vault.put("trust", "root-2", keep_versions=3)
+    vault.put("trust", "root-2", keep_versions=3)
+    assert vault.versions("trust") == ["root-2", "root-1"]
+
+
+def test_retire_versions_and_delete(vault: Vault, key: VaultKey) -> None:
+    vault.put("trust", "root-1")
+    vault.put("trust", "root-2", keep_versions=1)
+    assert Vault(vault.path, key).versions("trust") == ["root-2", "root-1"], "persisted"
+    assert vault.retire_versions("trust") == 1
+    assert vault.retire_versions("trust") == 0
+    assert vault.versions("trust") == ["root-2"]
+    vault.put("trust", "root-3", keep_versions=1)
+    assert vault.delete("trust")
+    vault.put("trust", "root-4")
+    assert vault.versions("trust") == ["root-4"], "delete drops the history too"
+    with pytest.raises(SecretError, match="no secret named"):
+        vault.versions("nothing")
+    with pytest.raises(SecretError, match="keep_versions"):
+        vault.put("trust", "x", keep_versions=-1)
+
+
+def test_a_vault_written_before_versions_reads_and_gains_history(
+    vault: Vault, key: VaultKey
+) -> None:
+    # The format before versions: {"secrets": {...}} only, same header and file version.
+    header = {"format": "unskit-vault", "version": 1, "cipher": "AES-256-GCM", "keyId": key.key_id}
+    nonce = os.urandom(12)
+    aad = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    plain = json.dumps({"secrets": {"trust": "root-1"}}).encode()
+    sealed = key.aead().encrypt(nonce, plain, aad)
+    document = {
+        **header,
+        "nonce": base64.b64encode(nonce).decode(),
+        "ciphertext": base64.b64encode(sealed).decode(),
+    }
+    vault.path.write_text(json.dumps(document))
+    assert vault.versions("trust") == ["root-1"]
+    vault.put("trust", "root-2", keep_versions=1)
+    assert vault.versions("trust") == ["root-2", "root-1"]
+    outer = json.loads(vault.path.read_text())
+    assert outer["version"] == 1, "the file version is unchanged"
+    payload = json.loads(
+        key.aead().decrypt(
+            base64.b64decode(outer["nonce"]),
+            base64.b64decode(outer["ciphertext"]),
+            json.dumps(
+                {k: outer[k] for k in header}, sort_keys=True, separators=(",", ":")
+            ).encode(),
+        )
+    )
+    assert payload["secrets"] == {"trust": "root-2"}, "an older reader still finds the value"

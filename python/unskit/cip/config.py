@@ -279,11 +279,33 @@ def _security_rules(security: Mapping[str, Any], path: str) -> Iterator[ConfigIs
         bundle_ca = "certSecret" in client  # a certSecret bundle may carry caPem
         if security.get("verifyPeer", True) and not ca_styles and not bundle_ca:
             yield ConfigIssue(f"{path}.ca", "tls with verifyPeer requires trust anchors")
+    suites = security.get("cipherSuites")
+    if suites is not None:
+        yield from _suite_rules(suites, f"{path}.cipherSuites")
     est = security.get("est") or {}
-    if est.get("enabled") and client_styles == ["file"] and "into" not in est:
+    if est.get("enabled") and client_styles != ["vault"] and "into" not in est:
+        # Only a certSecret bundle is a destination EST can rewrite as a whole.
         yield ConfigIssue(
-            f"{path}.est.into", "a file-only client identity needs an explicit into destination"
+            f"{path}.est.into",
+            "a client identity that is not a client.certSecret bundle (files, inline "
+            "$secret or none) needs an explicit into destination",
         )
+
+
+def _suite_rules(suites: list[str], path: str) -> Iterator[ConfigIssue]:
+    if not suites:
+        yield ConfigIssue(path, "an empty allow-list allows no cipher suite")
+        return
+    from unskit.cip.security import cipher_suite_names  # the Rust core's suite table
+
+    known = cipher_suite_names()
+    for index, name in enumerate(suites):
+        if name.strip().upper() not in known:
+            yield ConfigIssue(
+                f"{path}[{index}]",
+                f"{name!r} is not an available suite: only AEAD suites (TLS 1.3, TLS 1.2 "
+                "ECDHE with AES-GCM or ChaCha20-Poly1305), by IANA or rustls name",
+            )
 
 
 def _instance(
@@ -296,13 +318,6 @@ def _instance(
     device_defaults = entry.get("defaults") or {}
     connection = _connection(entry["connection"])
     unavailable = None
-    if security_mode(entry) == "tls":
-        # Asking for more security than the build provides is an error, never a downgrade.
-        unavailable = ConfigIssue(
-            f"{path}.connection.security.mode",
-            "tls is not available in this build (no CIP Security transport yet): the "
-            "instance is failed and never connects, rather than poll in plaintext",
-        )
 
     def resolved(key: str, builtin: Any, *layers: Mapping[str, Any]) -> Any:
         for layer in (*layers, device_defaults, global_defaults):

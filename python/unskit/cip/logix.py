@@ -15,6 +15,11 @@ pycomm3 exception. What it adds to LogixDriver, and the internals each part lean
   `socket_timeout` only when it creates the socket. `_sock` (pycomm3's Socket) and its
   `sock`. CIPDriver.open() uses a `_sock` set before it is called, which is where the CIP
   Security transport will hand in its TLS socket.
+- CIP Security (`TlsTransport`): a pycomm3 `Socket` whose `sock` is the Rust core's rustls
+  connection (`unskit._core.tls.TlsSocket`, socket-like: send, recv, settimeout, close),
+  set as `_sock` before `open()`, so pycomm3's framing runs unchanged inside TLS.
+- The target's security posture (`security_attribute`): Get Attribute Single on the CIP
+  Security (0x5D) and EtherNet/IP Security (0x5E) objects through `generic_message`.
 - No CIP connection held in unconnected mode (`release_connection`): pycomm3's session
   set-up may leave one open. `_target_is_connected`, `_forward_close`.
 - The probe (`identity`): List Identity on the open session needs no tag and every
@@ -36,8 +41,10 @@ pycomm3 exception. What it adds to LogixDriver, and the internals each part lean
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pycomm3 import CommError, LogixDriver, PycommError
@@ -51,14 +58,54 @@ from pycomm3.packets.logix import (
     WriteTagRequestPacket,
 )
 from pycomm3.packets.util import parse_read_reply, tag_request_path, wrap_unconnected_send
+from pycomm3.socket_ import Socket
 from pycomm3.tag import Tag
 
+from unskit._core import tls as _tls
 from unskit.elementary_types import TYPES
-from unskit.errors import DeviceError
+from unskit.errors import CredentialError, DeviceError, TlsError
 
-__all__ = ["REFUSED", "LogixSession", "TagResult", "base_tag", "element_index"]
+__all__ = [
+    "REFUSED",
+    "LogixSession",
+    "TagResult",
+    "TlsTransport",
+    "base_tag",
+    "element_index",
+    "quiet_probe",
+]
 
 _log = logging.getLogger(__name__)
+
+#: Set on a thread while it asks for a CIP Security attribute: a target without the object
+#: makes pycomm3 log ERRORs for an outcome the caller expects and reports itself.
+_probing = threading.local()
+
+
+class _QuietWhileProbing(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_probing, "active", False)
+
+
+@contextlib.contextmanager
+def quiet_probe() -> Iterator[None]:
+    """Drops pycomm3's log records of this thread inside: a posture read and the close of
+    the session it may have broken fail by design on a target without the objects."""
+    _probing.active = True
+    try:
+        yield
+    finally:
+        _probing.active = False
+
+
+# pycomm3's loggers are named `module.qualname`; a filter acts on the logger it is added to.
+for _name in (
+    "pycomm3.cip_driver.CIPDriver",
+    "pycomm3.logix_driver.LogixDriver",
+    "pycomm3.packets.ethernetip.SendRRDataResponsePacket",
+    "pycomm3.packets.base.ResponsePacket",
+):
+    logging.getLogger(_name).addFilter(_QuietWhileProbing())
 
 #: One tag service's outcome: `tag`, `value`, `type` and `error` (None when it succeeded).
 TagResult = Tag
@@ -114,10 +161,43 @@ class _UnconnectedTagRequest(GenericUnconnectedRequestPacket):
         ]
 
 
+class TlsTransport(Socket):
+    """pycomm3's socket layer over a rustls connection (mutual TLS, CIP Security)."""
+
+    def __init__(self, config: _tls.ClientConfig, server_name: str, timeout: float) -> None:
+        # Not Socket.__init__: it would open a plain TCP socket nobody uses.
+        self._config = config
+        self._server_name = server_name
+        self._timeout = timeout
+        self.tls: _tls.TlsSocket | None = None
+
+    def connect(self, host: str, port: int) -> None:
+        try:
+            self.tls = _tls.TlsSocket.connect(
+                self._config, host, port, self._server_name, self._timeout
+            )
+        except (TlsError, CredentialError, OSError) as error:
+            raise CommError(f"TLS to {host}:{port}") from error
+        # pycomm3's Socket does all its I/O through `sock`: the TLS socket stands in for it.
+        self.sock = self.tls  # type: ignore[assignment]
+
+    def close(self) -> None:
+        if self.tls is not None:
+            self.tls.close()
+
+    def negotiated(self) -> tuple[str, str, str] | None:
+        """(protocol version, IANA suite, rustls suite) once connected."""
+        return None if self.tls is None else self.tls.negotiated()
+
+    def peer_certificates(self) -> list[bytes]:
+        """The device's certificate chain as DER, leaf first."""
+        return [] if self.tls is None else list(self.tls.peer_certificates())
+
+
 class LogixSession(LogixDriver):
     """One EtherNet/IP session to a Logix-style target, tags defined from configuration."""
 
-    def __init__(self, path: str, *, routed: bool) -> None:
+    def __init__(self, path: str, *, routed: bool, transport: TlsTransport | None = None) -> None:
         try:
             super().__init__(path, init_tags=False, init_program_tags=False)
         except PycommError as error:
@@ -128,6 +208,10 @@ class LogixSession(LogixDriver):
         self.routed = routed
         #: The type code of the last valid read reply, by base tag name.
         self._unskit_reply_types: dict[str, int] = {}
+        #: pycomm3's open() uses a socket set beforehand: the TLS one when there is one.
+        self.transport = transport
+        if transport is not None:
+            self._sock = transport
 
     # -- session ---------------------------------------------------------------------------
 
@@ -147,6 +231,30 @@ class LogixSession(LogixDriver):
         self.socket_timeout = request_s
         if self._sock is not None:
             self._sock.sock.settimeout(request_s)
+
+    def security_attribute(self, class_code: int, attribute: int) -> bytes | None:
+        """One attribute of instance 1 of a CIP Security object (None: not answered).
+        A target without the object may end the session instead of answering (cpppo does):
+        that raises DeviceError with connection_lost."""
+        try:
+            reply = self.generic_message(
+                service=b"\x0e",
+                class_code=class_code,
+                instance=1,
+                attribute=attribute,
+                connected=False,
+                name="security",
+            )
+        except CommError as error:
+            raise DeviceError(_cause(error), connection_lost=True) from error
+        except PycommError as error:
+            raise DeviceError(_cause(error)) from error
+        if reply.error:
+            if "connection broken" in str(reply.error) or "failed to receive" in str(reply.error):
+                raise DeviceError(str(reply.error), connection_lost=True)
+            return None
+        value = reply.value
+        return bytes(value) if value is not None else None
 
     def release_connection(self) -> None:
         """Closes the CIP connection the session set-up may have opened (Forward Close)."""

@@ -21,14 +21,38 @@ by the tests:
 
 from __future__ import annotations
 
+import datetime
 import logging
+import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
-from unskit.cip.config import cip_connection, security_mode
-from unskit.cip.logix import REFUSED, LogixSession, TagResult, base_tag, element_index
+from unskit.cip.config import cip_connection
+from unskit.cip.logix import (
+    REFUSED,
+    LogixSession,
+    TagResult,
+    TlsTransport,
+    base_tag,
+    element_index,
+    quiet_probe,
+)
+from unskit.cip.posture import read_posture
+from unskit.cip.security import (
+    CREDENTIAL_REJECTED,
+    PEER_UNVERIFIED,
+    CertSummary,
+    Credentials,
+    ExpiryWatch,
+    SecurityPolicy,
+    cipher_suite_names,
+    load_credentials,
+    parse_credentials,
+)
+from unskit.config.vault import VaultSecrets
 from unskit.elementary_types import BOOLS_PER_DWORD, DWORD_CODE, TYPES
+from unskit.errors import CredentialError
 from unskit.southbound.driver import (
     DeviceError,
     InstanceSpec,
@@ -38,12 +62,28 @@ from unskit.southbound.driver import (
     SignalSpec,
 )
 
-__all__ = ["PollDriver"]
+__all__ = ["EventSink", "PollDriver"]
+
+#: (severity, event type, context) -> publishes one event of this instance.
+EventSink = Callable[[str, str, Mapping[str, Any]], None]
+
+
+def _no_events(severity: str, event_type: str, context: Mapping[str, Any]) -> None:
+    _log.info("event %s/%s: %s", severity, event_type, dict(context))
+
 
 _log = logging.getLogger(__name__)
 
 _SMALL_READ_BYTES = 500
 _NO_PACKET_SPACE = "Insufficient Packet Space"
+
+
+class EnrollmentView(Protocol):
+    """What sb/status reads of the EST manager (`unskit.cip.enrollment`)."""
+
+    def status(self) -> dict[str, Any]:
+        """enabled, last attempt, outcome, next renewal."""
+        ...
 
 
 def _dwords(bools: int) -> int:
@@ -54,9 +94,32 @@ def _dwords(bools: int) -> int:
 class PollDriver:
     """A `DeviceDriver` polling a Logix-style PLC with multi-tag requests."""
 
-    def __init__(self, spec: InstanceSpec) -> None:
+    def __init__(
+        self,
+        spec: InstanceSpec,
+        *,
+        secrets: VaultSecrets | None = None,
+        events: EventSink | None = None,
+    ) -> None:
         self.spec = spec
         self.connection = cip_connection(spec)
+        self.policy = SecurityPolicy.from_block(spec.entry["connection"].get("security") or {})
+        self._secrets = secrets
+        self._emit = events or _no_events
+        self._expiry = ExpiryWatch(self._emit, self.policy.renew_before_days)
+        #: The credentials of the current (or next) TLS connection.
+        self._credentials: Credentials | None = None
+        #: The digest of what the configured source held when last read: a reload
+        #: reconnects only when the source itself changed.
+        self._source_digest: str | None = None
+        #: Credentials handed in by `swap_client_credentials`, applied on this thread.
+        self._swap_lock = threading.Lock()
+        self._pending: Credentials | None = None
+        self._next_reload = 0.0
+        self._last_rejection = ""
+        self._tls_facts: dict[str, Any] = {}
+        #: None until the target was asked; then its posture, or False without the objects.
+        self._posture: Mapping[str, Any] | bool | None = None
         self._plc: LogixSession | None = None
         #: BOOL arrays observed as packed DWORDs, by signal id.
         self._packed: set[str] = set()
@@ -70,6 +133,8 @@ class PollDriver:
         #: Requests the device refused in the encapsulation header, with the reason: it may
         #: end the session on them (cpppo on an unknown tag), so they are not sent again.
         self._refused: dict[str, str] = {}
+        #: Set by the component when connection.security.est is enabled (sb/status view).
+        self.enrollment: EnrollmentView | None = None
 
     # -- session ---------------------------------------------------------------------------
 
@@ -80,13 +145,9 @@ class PollDriver:
         return path
 
     def connect(self, deadline_s: float) -> None:
-        plc = LogixSession(self._path(), routed=self.connection.slot is not None)
-        # The runtime passes connectMs as seconds: it bounds the TCP connect and each
-        # reply of the session set-up; later requests get the per-request deadline.
-        try:
-            plc.open_session(deadline_s, self.spec.timing.request_timeout_ms / 1000)
-        except DeviceError as error:
-            raise DeviceError(f"{self.spec.endpoint}: {error}") from error
+        if self._posture is None:
+            self._ask_posture(deadline_s)
+        plc = self._open(deadline_s)
         if not self.connection.connected:
             plc.release_connection()  # nothing holds a CIP connection open
         self._plc = plc
@@ -95,12 +156,174 @@ class PollDriver:
         for signal in self.spec.signals():
             self._define(signal)
 
+    def _open(self, deadline_s: float, *, probe: bool = False) -> LogixSession:
+        transport = self._transport(deadline_s) if self.policy.tls else None
+        plc = LogixSession(
+            self._path(), routed=self.connection.slot is not None, transport=transport
+        )
+        # The runtime passes connectMs as seconds: it bounds the TCP connect and each
+        # reply of the session set-up; later requests get the per-request deadline.
+        try:
+            plc.open_session(deadline_s, self.spec.timing.request_timeout_ms / 1000)
+        except DeviceError as error:
+            raise DeviceError(f"{self.spec.endpoint}: {error}") from error
+        if transport is not None and not probe:
+            self._note_handshake(transport)
+        return plc
+
+    def _ask_posture(self, deadline_s: float) -> None:
+        """Reads the target's CIP Security posture once per instance, on a session of its
+        own: a target without the objects may end the session instead of answering (cpppo
+        does), which must not cost the polling session."""
+        session = self._open(deadline_s, probe=True)
+        with quiet_probe():
+            try:
+                self._posture = read_posture(session.security_attribute) or False
+            except DeviceError as error:
+                _log.info("%s: CIP Security objects not readable: %s", self.spec.id, error)
+                self._posture = False
+            finally:
+                session.close_quietly()
+        if not self._posture:
+            _log.info("%s: the target has no CIP Security object", self.spec.id)
+
+    # -- CIP Security ----------------------------------------------------------------------
+
+    def _transport(self, deadline_s: float) -> TlsTransport:
+        credentials = self._credentials_for_connect()
+        self._refuse_unusable_client(credentials.client)
+        try:
+            config = credentials.config(self.policy)
+        except CredentialError as error:
+            self._reject(error)
+            raise DeviceError(f"{self.spec.endpoint}: {error}") from error
+        return TlsTransport(config, self.policy.server_name or self.connection.host, deadline_s)
+
+    def _credentials_for_connect(self) -> Credentials:
+        with self._swap_lock:
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            self._credentials = pending
+            return pending
+        try:
+            loaded = load_credentials(self.policy, self._secrets)
+        except CredentialError as error:
+            self._reject(error)
+            if self._credentials is None:
+                raise DeviceError(f"{self.spec.endpoint}: {error}") from error
+            _log.warning("%s: keeping the previous credentials: %s", self.spec.id, error)
+            return self._credentials
+        if loaded.digest != self._source_digest or self._credentials is None:
+            self._source_digest = loaded.digest
+            self._credentials = loaded
+        self._next_reload = time.monotonic() + self.policy.reload_interval_secs
+        return self._credentials
+
+    def _refuse_unusable_client(self, client: CertSummary) -> None:
+        self._expiry.check(client)
+        now = datetime.datetime.now(datetime.timezone.utc)
+        if now < client.not_before:
+            raise DeviceError(
+                f"{self.spec.endpoint}: the client certificate {client.subject} is not valid "
+                f"before {client.not_before.isoformat()}"
+            )
+        if self.policy.check_expiration and now >= client.not_after:
+            raise DeviceError(
+                f"{self.spec.endpoint}: the client certificate {client.subject} expired at "
+                f"{client.not_after.isoformat()}: refused at connect (checkExpiration)"
+            )
+
+    def _reject(self, error: CredentialError) -> None:
+        """A credential problem: logged and published once per distinct problem."""
+        message = str(error)
+        if message == self._last_rejection:
+            return
+        self._last_rejection = message
+        _log.error("%s: credentials rejected: %s", self.spec.id, message)
+        self._emit(
+            "error",
+            CREDENTIAL_REJECTED,
+            {
+                "error": message,
+                "source": self.policy.client_source,
+                "keptPrevious": self._credentials is not None,
+            },
+        )
+
+    def _note_handshake(self, transport: TlsTransport) -> None:
+        negotiated = transport.negotiated()
+        peer = transport.peer_certificates()
+        summary = CertSummary.of_der(peer[0]).to_json() if peer else None
+        self._tls_facts = {
+            "protocol": negotiated[0] if negotiated else None,
+            "cipherSuite": negotiated[1] if negotiated else None,
+            "peerCertificate": summary,
+        }
+        if not self.policy.verify_peer:
+            self._emit(
+                "warning",
+                PEER_UNVERIFIED,
+                {
+                    "endpoint": self.spec.endpoint,
+                    "serverName": self.policy.server_name or self.connection.host,
+                    "peerCertificate": summary,
+                },
+            )
+
+    def swap_client_credentials(
+        self, cert_chain_pem: bytes, key_pem: bytes, ca_pem: bytes | None = None
+    ) -> CertSummary:
+        """Hands in a new client identity (the EST manager's seam); thread-safe. Checks it
+        now (raises CredentialError, keeping the current one), then the instance thread
+        reconnects with it at its next poll or probe. `ca_pem` None keeps the trust anchors."""
+        current = self._credentials
+        roots: tuple[bytes, ...] = (
+            (ca_pem,) if ca_pem is not None else (current.roots_pem if current else ())
+        )
+        fresh = parse_credentials(cert_chain_pem, key_pem, roots, source="swapped")
+        fresh.config(self.policy)  # the Rust side's checks too, before anything changes
+        with self._swap_lock:
+            self._pending = fresh
+        return fresh.client
+
+    def _maintain_credentials(self) -> None:
+        """Applies swapped or reloaded credentials by reconnecting; runs on the instance
+        thread from read and probe. Bad new material keeps the current connection."""
+        if not self.policy.tls:
+            return
+        with self._swap_lock:
+            swapped = self._pending is not None
+        changed = swapped
+        interval = self.policy.reload_interval_secs
+        if not swapped and interval and time.monotonic() >= self._next_reload:
+            self._next_reload = time.monotonic() + interval
+            try:
+                loaded = load_credentials(self.policy, self._secrets)
+            except CredentialError as error:
+                self._reject(error)
+            else:
+                if loaded.digest != self._source_digest:
+                    _log.info("%s: credentials changed in their source", self.spec.id)
+                    self._source_digest = loaded.digest
+                    with self._swap_lock:
+                        self._pending = loaded
+                    changed = True
+        if self._credentials is not None:
+            self._expiry.check(self._credentials.client)
+        if changed:
+            self.close()
+            try:
+                self.connect(self.spec.timing.connect_ms / 1000)
+            except DeviceError as error:
+                raise DeviceError(str(error), connection_lost=True) from error
+
     def close(self) -> None:
         plc, self._plc = self._plc, None
         if plc is not None:
             plc.close_quietly()
 
     def probe(self) -> None:
+        self._maintain_credentials()
         plc = self._require()
         try:
             identity = plc.identity()
@@ -109,8 +332,38 @@ class PollDriver:
         if not identity:
             raise DeviceError("probe got no identity reply", connection_lost=True)
 
+    def _security(self) -> dict[str, Any]:
+        posture = self._posture if isinstance(self._posture, Mapping) else None
+        security: dict[str, Any] = {
+            # The configured mode, never a default.
+            "mode": self.policy.mode,
+            "est": self.enrollment.status()
+            if self.enrollment is not None
+            else {"enabled": self.policy.est_enabled},
+            "target": dict(posture) if posture is not None else None,
+            "targetSupportsCipSecurity": posture is not None,
+        }
+        if not self.policy.tls:
+            return security
+        credentials = self._credentials
+        names = cipher_suite_names()
+        security["tls"] = {
+            **self._tls_facts,
+            "verifyPeer": self.policy.verify_peer,
+            "serverName": self.policy.server_name or self.connection.host,
+            "checkExpiration": self.policy.check_expiration,
+            "allowedCipherSuites": [names[n.strip().upper()] for n in self.policy.cipher_suites]
+            if self.policy.cipher_suites
+            else sorted(set(names.values())),
+            "clientSource": self.policy.client_source,
+            "clientCertificate": None if credentials is None else credentials.client.to_json(),
+            "trustAnchors": 0 if credentials is None else len(credentials.roots),
+            "reloadIntervalSecs": self.policy.reload_interval_secs,
+            "lastCredentialError": self._last_rejection or None,
+        }
+        return security
+
     def describe(self) -> Mapping[str, Any]:
-        est = (self.spec.entry["connection"].get("security") or {}).get("est") or {}
         return {
             "adapter": "ethernet-ip",
             "endpoint": self.spec.endpoint,
@@ -118,12 +371,7 @@ class PollDriver:
             "connected": self.connection.connected,
             **self._info,
             "packedBoolArrays": sorted(self._packed),
-            # The configured mode, never a default: a tls instance is failed, not plaintext.
-            "security": {
-                "mode": security_mode(self.spec.entry),
-                "est": {"enabled": bool(est.get("enabled", False))},
-                "target": None,
-            },
+            "security": self._security(),
         }
 
     # -- tags ------------------------------------------------------------------------------
@@ -151,6 +399,7 @@ class PollDriver:
         return f"{signal.id}{{{count}}}"
 
     def read(self, group: PollGroupSpec) -> list[Reading]:
+        self._maintain_credentials()
         self._observe_bool_arrays(group.signals)
         requests = [self._request(signal) for signal in group.signals]
         results = self._read_tags(requests)

@@ -10,6 +10,11 @@ The header is bound to the ciphertext as associated data. `keyId` is a one-way f
 of the key, so a wrong key is told apart from a tampered file. A secret is a string or a
 bundle (an object of string fields, e.g. certPem/keyPem/caPem). Writes go to a temporary
 file that is fsynced and renamed over the vault, then the directory is fsynced.
+
+A secret may keep earlier versions (`put(..., keep_versions=n)`): they sit beside the
+secrets table in the encrypted payload as ``{"secrets": {...}, "history": {name: [older,
+...]}}``, newest first. The header and file version are unchanged: a vault without history
+reads as before, and a reader that predates history still reads the current values.
 """
 
 from __future__ import annotations
@@ -161,35 +166,69 @@ class Vault:
             raise SecretError(f"secret {ref.name!r} has no field {ref.field!r} (fields: {fields})")
         return Secret(value[ref.field])
 
-    def put(self, name: str, value: SecretValue) -> None:
-        """Stores (or replaces) a secret, rewriting the vault atomically."""
+    def put(self, name: str, value: SecretValue, *, keep_versions: int = 0) -> None:
+        """Stores (or replaces) a secret, rewriting the vault atomically; with
+        `keep_versions` > 0 the replaced value is retained (at most that many old ones)."""
         if not _NAME.match(name):
             raise SecretError(
                 f"secret name {name!r} must be 1 to 256 letters, digits or . _ : / @ -"
             )
+        if keep_versions < 0:
+            raise SecretError(f"keep_versions must be 0 or more, not {keep_versions}")
         stored = _check_value(name, value)
         with self._locked():
-            secrets = self._read()
+            secrets, history = self._read_all()
+            previous = secrets.get(name)
+            older = history.pop(name, [])
+            if keep_versions and previous is not None and previous != stored:
+                older = [previous, *older]
+            if keep_versions:
+                older = [old for old in older if old != stored][:keep_versions]
+                if older:
+                    history[name] = older
             secrets[name] = stored
-            self._write(secrets)
+            self._write(secrets, history)
+
+    def versions(self, name: str) -> list[SecretValue]:
+        """The current value and every retained earlier one, newest first."""
+        secrets, history = self._read_all()
+        if name not in secrets:
+            raise SecretError(f"vault {self.path} has no secret named {name!r}")
+        return [secrets[name], *history.get(name, [])]
+
+    def retire_versions(self, name: str, *, keep: int = 0) -> int:
+        """Drops retained versions beyond the newest `keep`; returns how many went."""
+        with self._locked():
+            secrets, history = self._read_all()
+            older = history.pop(name, [])
+            if older[:keep]:
+                history[name] = older[:keep]
+            removed = len(older) - len(older[:keep])
+            if removed:
+                self._write(secrets, history)
+            return removed
 
     def delete(self, name: str) -> bool:
-        """Removes a secret; returns whether it was there."""
+        """Removes a secret and its retained versions; returns whether it was there."""
         with self._locked():
-            secrets = self._read()
+            secrets, history = self._read_all()
             if name not in secrets:
                 return False
             del secrets[name]
-            self._write(secrets)
+            history.pop(name, None)
+            self._write(secrets, history)
             return True
 
     # -- file format ----------------------------------------------------------------------
 
     def _read(self) -> dict[str, SecretValue]:
+        return self._read_all()[0]
+
+    def _read_all(self) -> tuple[dict[str, SecretValue], dict[str, list[SecretValue]]]:
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
-            return {}
+            return {}, {}
         except OSError as exc:
             raise SecretError(f"vault {self.path} cannot be read: {exc.strerror}") from None
         try:
@@ -214,12 +253,20 @@ class Vault:
             raise SecretError(
                 f"vault {self.path} failed authentication: the file was modified or is corrupt"
             ) from None
-        secrets = json.loads(plain)["secrets"]
+        payload = json.loads(plain)
+        secrets = payload["secrets"]
         if not isinstance(secrets, dict):
             raise SecretError(f"vault {self.path} has no secrets table")
-        return secrets
+        history = payload.get("history") or {}
+        if not isinstance(history, dict):
+            raise SecretError(f"vault {self.path} has a malformed history table")
+        return secrets, history
 
-    def _write(self, secrets: Mapping[str, SecretValue]) -> None:
+    def _write(
+        self,
+        secrets: Mapping[str, SecretValue],
+        history: Mapping[str, list[SecretValue]] | None = None,
+    ) -> None:
         header: dict[str, Any] = {
             "format": _FORMAT,
             "version": _VERSION,
@@ -227,7 +274,10 @@ class Vault:
             "keyId": self._key.key_id,
         }
         nonce = os.urandom(_NONCE_BYTES)
-        plain = json.dumps({"secrets": dict(secrets)}, sort_keys=True).encode()
+        payload: dict[str, Any] = {"secrets": dict(secrets)}
+        if history:
+            payload["history"] = dict(history)
+        plain = json.dumps(payload, sort_keys=True).encode()
         ciphertext = self._key.aead().encrypt(nonce, plain, _associated_data(header))
         document = {
             **header,
@@ -298,6 +348,10 @@ class VaultSecrets:
     def resolve(self, ref: SecretRef) -> Secret:
         """The value a `$secret` reference names."""
         return self.vault().resolve(ref)
+
+    def versions(self, name: str) -> list[SecretValue]:
+        """A secret's current and retained values, newest first."""
+        return self.vault().versions(name)
 
 
 def _associated_data(header: Mapping[str, Any]) -> bytes:

@@ -20,6 +20,13 @@ pub enum CoreError {
     InvalidImage(String),
     /// A socket operation that failed (bind, multicast membership), with its errno.
     Io { detail: String, errno: Option<i32> },
+    /// TLS material or policy that cannot be used: PEM that does not parse, a key that does
+    /// not match its certificate, a cipher suite the build lacks.
+    InvalidCredential(String),
+    /// A TLS handshake or record failure (refused certificate, no common suite, alert).
+    Tls(String),
+    /// A blocking socket operation that did not finish within its timeout.
+    Timeout(String),
 }
 
 impl CoreError {
@@ -42,6 +49,8 @@ impl fmt::Display for CoreError {
             CoreError::MalformedImage(detail) => write!(f, "malformed image: {detail}"),
             CoreError::InvalidImage(detail) => write!(f, "invalid image request: {detail}"),
             CoreError::Io { detail, .. } => write!(f, "{detail}"),
+            CoreError::InvalidCredential(detail) => write!(f, "invalid TLS credential: {detail}"),
+            CoreError::Tls(detail) | CoreError::Timeout(detail) => write!(f, "{detail}"),
         }
     }
 }

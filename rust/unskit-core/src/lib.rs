@@ -8,5 +8,6 @@ pub mod envelope;
 pub mod error;
 pub mod image;
 pub mod signal;
+pub mod tls;
 
 pub use error::CoreError;

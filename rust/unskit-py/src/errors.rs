@@ -3,7 +3,7 @@
 use std::io;
 use std::path::Path;
 
-use pyo3::exceptions::PyOSError;
+use pyo3::exceptions::{PyOSError, PyTimeoutError};
 use pyo3::PyErr;
 use unskit_core::CoreError;
 
@@ -11,6 +11,8 @@ pyo3::import_exception!(unskit.errors, EnvelopeError);
 pyo3::import_exception!(unskit.errors, SignalError);
 pyo3::import_exception!(unskit.errors, CipError);
 pyo3::import_exception!(unskit.errors, ImageError);
+pyo3::import_exception!(unskit.errors, CredentialError);
+pyo3::import_exception!(unskit.errors, TlsError);
 
 pub fn to_py(error: CoreError) -> PyErr {
     match error {
@@ -22,6 +24,9 @@ pub fn to_py(error: CoreError) -> PyErr {
         CoreError::MalformedImage(_) | CoreError::InvalidImage(_) => {
             ImageError::new_err(error.to_string())
         }
+        CoreError::InvalidCredential(detail) => CredentialError::new_err(detail),
+        CoreError::Tls(detail) => TlsError::new_err(detail),
+        CoreError::Timeout(detail) => PyTimeoutError::new_err(detail),
         CoreError::Io { detail, errno } => match errno {
             Some(errno) => PyOSError::new_err((errno, detail)),
             None => PyOSError::new_err(detail),

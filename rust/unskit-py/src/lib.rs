@@ -12,6 +12,7 @@ mod errors;
 mod gil;
 mod image;
 mod signal;
+mod tls;
 
 /// Registers `unskit._core.<name>` so `import unskit._core.<name>` works like a package import.
 fn add_submodule(
@@ -39,5 +40,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     add_submodule(m, "cip", cip::register)?;
     add_submodule(m, "signal", signal::register)?;
     add_submodule(m, "image", image::register)?;
+    add_submodule(m, "tls", tls::register)?;
     Ok(())
 }
