@@ -48,6 +48,7 @@ from unskit.cip.security import (
     SecurityPolicy,
     cipher_suite_names,
     load_credentials,
+    load_trust_anchors,
     parse_credentials,
 )
 from unskit.config.vault import VaultSecrets
@@ -277,9 +278,13 @@ class PollDriver:
         now (raises CredentialError, keeping the current one), then the instance thread
         reconnects with it at its next poll or probe. `ca_pem` None keeps the trust anchors."""
         current = self._credentials
-        roots: tuple[bytes, ...] = (
-            (ca_pem,) if ca_pem is not None else (current.roots_pem if current else ())
-        )
+        if ca_pem is not None:
+            roots: tuple[bytes, ...] = (ca_pem,)
+        elif current is not None:
+            roots = current.roots_pem
+        else:
+            # A first enrollment: nothing loaded yet, so the configured CA is the trust.
+            roots = tuple(load_trust_anchors(self.policy, self._secrets))
         fresh = parse_credentials(cert_chain_pem, key_pem, roots, source="swapped")
         fresh.config(self.policy)  # the Rust side's checks too, before anything changes
         with self._swap_lock:

@@ -36,6 +36,7 @@ __all__ = [
     "SecurityPolicy",
     "cipher_suite_names",
     "load_credentials",
+    "load_trust_anchors",
     "parse_credentials",
 ]
 
@@ -240,6 +241,15 @@ def load_credentials(policy: SecurityPolicy, secrets: VaultSecrets | None) -> Cr
     if policy.verify_peer and not roots:
         raise CredentialError("verifyPeer needs trust anchors (ca, or caPem in the bundle)")
     return parse_credentials(cert_pem, key_pem, roots, source=policy.client_source)
+
+
+def load_trust_anchors(policy: SecurityPolicy, secrets: VaultSecrets | None) -> list[bytes]:
+    """The configured CA roots alone (no client identity needed): what a first enrolled
+    identity is checked against; raises `CredentialError` (never quoting PEM)."""
+    try:
+        return _trust_anchors(policy.ca, secrets)
+    except SecretError as error:
+        raise CredentialError(str(error)) from None
 
 
 def _trust_anchors(ca: Mapping[str, Any], secrets: VaultSecrets | None) -> list[bytes]:
