@@ -195,8 +195,9 @@ class _Columns:
     def add(
         self, source: Source, samples: Sequence[Mapping[str, Any]], receive_ms: int
     ) -> tuple[int, int]:
-        """Appends one message's samples; returns (rows added, values kept as JSON text
-        because their type has no column of its own)."""
+        """Appends one message's samples, as the envelope codec decodes them (value,
+        quality and both timestamps always present, status when set); returns (rows added,
+        values kept as JSON text because their type has no column of its own)."""
         start, n = self.count, len(samples)
         self.root.repeat(source.root, n)
         self.device.repeat(source.device, n)
@@ -208,23 +209,64 @@ class _Columns:
         for key, column in zip(self.tag_keys, self.tags, strict=True):
             column.repeat(tags.get(key), n)
         self.receive_ts.extend(array("q", (receive_ms,)) * n)
-        quality_code = self.quality.code
-        source_ts, server_ts, value_type = self.source_ts, self.server_ts, self.value_type
+        # Column at a time: each field is gathered by one comprehension and lands in its
+        # buffer in one C-level extend; only a batch of mixed value types goes sample by
+        # sample.
+        self.source_ts.extend(array("q", [s["source_timestamp_ms"] for s in samples]))
+        self.server_ts.extend(array("q", [s["server_timestamp_ms"] for s in samples]))
+        qualities = [s["quality"] for s in samples]
+        codes = self.quality.codes
+        if len(set(qualities)) == 1:
+            codes.extend(array("i", (self.quality.code(qualities[0]),)) * n)
+        else:
+            codes.extend(array("i", map(self.quality.code, qualities)))
+        statuses = [s.get("status") for s in samples]
+        if any(statuses):
+            for k, status in enumerate(statuses):
+                if status:
+                    self.status.rows.append(start + k)
+                    self.status.values.append(status)
+        values = [s["value"] for s in samples]
         odd = 0
-        for k, sample in enumerate(samples):
-            row = start + k
-            source_ts.append(sample.get("source_timestamp_ms", 0))
-            server_ts.append(sample.get("server_timestamp_ms", 0))
-            self.quality.codes.append(quality_code(sample.get("quality", "GOOD")))
-            status = sample.get("status")
-            if status:
-                self.status.rows.append(row)
-                self.status.values.append(status)
-            kind = self._value(row, sample.get("value"))
-            value_type.append(kind)
-            odd += kind == _JSON
+        if not self._homogeneous(start, values):
+            value_type = self.value_type
+            for k, value in enumerate(values):
+                kind = self._value(start + k, value)
+                value_type.append(kind)
+                odd += kind == _JSON
         self.count += n
         return n, odd
+
+    def _homogeneous(self, start: int, values: list[Any]) -> bool:
+        """Appends a batch whose values share one scalar type in one step; False (nothing
+        appended) for any other batch."""
+        if self.variant:
+            return False
+        kinds = set(map(type, values))
+        if len(kinds) != 1:
+            return False
+        (kind,) = kinds
+        n = len(values)
+        if kind is float:
+            column, code = self.f64, _F64
+            column.values.extend(array("d", values))
+        elif kind is int:
+            column, code = self.i64, _I64
+            try:
+                column.values.extend(array("q", values))
+            except OverflowError:
+                return False
+        elif kind is bool:
+            column, code = self.bools, _BOOL
+            column.values.extend(values)
+        elif kind is str:
+            column, code = self.strings, _STR
+            column.values.extend(values)
+        else:
+            return False
+        column.rows.frombytes(np.arange(start, start + n, dtype=np.int64).tobytes())
+        self.value_type.extend(array("i", (code,)) * n)
+        return True
 
     def _value(self, row: int, value: Any) -> int:
         kind = type(value)
@@ -423,6 +465,11 @@ class RecordWriter:
         if not by_time:
             return [(self._partition(source, 0), samples)]
         width = _HOUR_MS if "hour" in by_time else _DAY_MS
+        stamps = [s["source_timestamp_ms"] for s in samples]
+        low, high = min(stamps), max(stamps)
+        if low > 0 and low // width == high // width:
+            # The usual update: every sample stamped by its source within one hour.
+            return [(self._partition(source, low), samples)]
         buckets: dict[int, list[Mapping[str, Any]]] = {}
         first = None
         for sample in samples:
@@ -463,23 +510,25 @@ class RecordWriter:
     ) -> int:
         tag_keys = tuple(k for k, _ in source.tags)
         key = (partition, tag_keys)
-        opened = self._files.get(key)
-        if opened is None:
-            opened = self._open(partition, tag_keys)
+        kept = 0
+        while samples:
+            opened = self._files.get(key)
             if opened is None:
-                self._lose(len(samples))
-                return 0
-            self._files[key] = opened
-        opened.last_used = self._clock()
-        added, odd = opened.buffer.add(source, samples, receive_ms)
-        self.stats.json_values += odd
-        if opened.buffer.count >= self.row_group_rows and not self._write_group(opened):
-            return 0
-        if opened.rows >= self.roll.max_rows or opened.bytes_written >= self.roll.max_bytes:
-            self._close(key)
-        return added
+                opened = self._files[key] = self._open(partition, tag_keys)
+            opened.last_used = self._clock()
+            # maxRows is exact: a batch larger than the room left continues in a new file.
+            room = min(self.roll.max_rows - opened.rows, self.row_group_rows - opened.buffer.count)
+            chunk, samples = samples[:room], samples[room:]
+            added, odd = opened.buffer.add(source, chunk, receive_ms)
+            self.stats.json_values += odd
+            if opened.buffer.count >= self.row_group_rows and not self._write_group(opened):
+                return kept
+            kept += added
+            if opened.rows >= self.roll.max_rows or opened.bytes_written >= self.roll.max_bytes:
+                self._close(key)
+        return kept
 
-    def _open(self, partition: tuple[str, ...], tag_keys: tuple[str, ...]) -> _OpenFile | None:
+    def _open(self, partition: tuple[str, ...], tag_keys: tuple[str, ...]) -> _OpenFile:
         if len(self._files) >= self.max_open_files:
             # The least recently used file makes room: a flood of late samples over many
             # hours must not hold a file per hour open.
