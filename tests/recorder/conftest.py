@@ -28,7 +28,7 @@ from tests.support.servers import root_logging_restored, wait_until
 from unskit.cip.component import EthernetIpAdapter
 from unskit.commands import CommandClient
 from unskit.config import ConfigLoader
-from unskit.envelope import Message
+from unskit.envelope import Identity, Message, MessageBuilder
 from unskit.messaging import MessagingClient
 from unskit.recorder.component import SignalRecorder
 from unskit.runtime.component import Runtime
@@ -104,13 +104,13 @@ class Rig:
     def recorder_section(self, output: Path, **settings: Any) -> dict[str, Any]:
         return {"output": {"path": str(output)}, **settings}
 
-    def start_recorder(self, output: Path, **settings: Any) -> Running:
+    def start_recorder(self, output: Path, thing: str = "rec", **settings: Any) -> Running:
         document = self.document(self.recorder_section(output, **settings))
         path = self.tmp_path / f"recorder-{uuid.uuid4().hex[:6]}.json"
         path.write_text(json.dumps(document))
         loader = ConfigLoader(
             path,
-            thing="rec",
+            thing=thing,
             component_schema=SignalRecorder.schema,
             default_component=SignalRecorder.token,
         )
@@ -247,6 +247,35 @@ def leftovers(output: Path) -> list[Path]:
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:
     wait_until(condition, timeout, what, interval=0.02)
+
+
+def update(signal: str, samples: list[dict[str, Any]], device: str = "gw") -> Message:
+    """A signal update as an adapter on `device` publishes it."""
+    identity = Identity("site/device", f"plant-1/{device}", "ethernet-ip-adapter", "plc-1")
+    return (
+        MessageBuilder("SouthboundSignalUpdate", "1.0")
+        .identity(identity)
+        .signal_update(signal, samples, name=f"Program:{signal}")
+        .build()
+    )
+
+
+def data_topic(root: str, signal: str, device: str = "gw", instance: str = "plc-1") -> str:
+    return f"{root}/{device}/ethernet-ip-adapter/{instance}/data/{signal}"
+
+
+class Alarms:
+    """Every alarm and event the recorder publishes, by type."""
+
+    def __init__(self, messaging: MessagingClient, root: str) -> None:
+        self.inbox = Inbox()
+        messaging.subscribe(f"{root}/+/signal-recorder/evt/#", self.inbox.add, max_concurrency=1)
+        wait_until(messaging.subscriptions_acknowledged, 10, "the alarm listener's SUBACK")
+
+    def states(self, alarm_type: str) -> list[str]:
+        with self.inbox.lock:
+            bodies = [m.body for _, m in self.inbox.messages]
+        return [b["state"] for b in bodies if b.get("type") == alarm_type and "state" in b]
 
 
 __all__ = ["pa"]

@@ -183,24 +183,25 @@ def test_only_closed_files_carry_the_parquet_name(tmp_path: Path):
     w.add(SOURCE, [sample(float(k), T0 + k) for k in range(5)], T0)
     (path,) = w.open_paths()
     assert not path.exists()
-    assert path.with_name(path.name + ".tmp").exists()  # two row groups written already
+    tmp = path.with_name(f".{path.name}.tmp")
+    assert tmp.exists()  # two row groups written already
     w.close_all()
     assert path.exists()
-    assert not path.with_name(path.name + ".tmp").exists()
+    assert not tmp.exists()
 
 
 def test_leftovers_of_a_dead_process_are_set_aside(tmp_path: Path):
     identity = process_identity()
     host = identity.rsplit("-", 2)[0]
-    dead = tmp_path / "date=x" / f"{host}-999999999-abcdef-000001.parquet.tmp"
-    alive = tmp_path / f"{host}-{os.getppid()}-abcdef-000001.parquet.tmp"
-    ours = tmp_path / f"{identity}-000001.parquet.tmp"
-    other_host = tmp_path / "otherhost-1-abcdef-000001.parquet.tmp"
+    dead = tmp_path / "date=x" / f".{host}-999999999-abcdef-000001.parquet.tmp"
+    alive = tmp_path / f".{host}-{os.getppid()}-abcdef-000001.parquet.tmp"
+    ours = tmp_path / f".{identity}-000001.parquet.tmp"
+    other_host = tmp_path / ".otherhost-1-abcdef-000001.parquet.tmp"
     for path in (dead, alive, ours, other_host):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"PAR1 no footer")
     moved = recover_leftovers(tmp_path, identity)
-    assert moved == [dead.with_name(f"{host}-999999999-abcdef-000001.parquet.abandoned")]
+    assert moved == [dead.with_name(f".{host}-999999999-abcdef-000001.parquet.abandoned")]
     assert alive.exists()
     assert ours.exists()
     assert other_host.exists()

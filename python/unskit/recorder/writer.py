@@ -2,9 +2,9 @@
 
 Each open file has its own buffer of typed columns (`array.array` buffers and dictionary
 codes, turned into Arrow arrays in one step per row group), is written as
-``name.parquet.tmp`` and renamed to ``name.parquet`` only once closed (footer written,
-fsynced), so a reader or the file egress never sees a partial file. The only module that
-imports pyarrow's writer."""
+``.name.parquet.tmp`` (hidden: dataset readers skip it) and renamed to ``name.parquet``
+only once closed (footer written, fsynced), so a reader or the file egress never sees a
+partial file. The only module that imports pyarrow's writer."""
 
 from __future__ import annotations
 
@@ -380,7 +380,7 @@ class _OpenFile:
 
     @property
     def tmp(self) -> Path:
-        return self.path.with_name(self.path.name + ".tmp")
+        return self.path.with_name(f".{self.path.name}.tmp")
 
 
 @dataclass
@@ -663,20 +663,20 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def recover_leftovers(output: Path, identity: str) -> list[Path]:
-    """Renames the ``.tmp`` files a crashed recorder of this host left (its pid is gone,
-    or it is ours from an earlier run) to ``.parquet.abandoned``: they have no footer and
-    cannot be read, and neither a reader nor the egress must take them. Returns the new
+    """Renames the hidden ``.tmp`` files a crashed recorder of this host left (its pid is
+    gone, or it is ours from an earlier run) to ``.parquet.abandoned``: they have no footer
+    and cannot be read, and neither a reader nor the egress must take them. Returns the new
     names."""
     host, pid, _ = identity.rsplit("-", 2)
     moved: list[Path] = []
     if not output.is_dir():
         return moved
-    for tmp in output.rglob(f"{host}-*{TMP_SUFFIX}"):
-        parts = tmp.name[len(host) + 1 :].split("-")
+    for tmp in output.rglob(f".{host}-*{TMP_SUFFIX}"):
+        parts = tmp.name[len(host) + 2 :].split("-")
         if len(parts) < 3 or not parts[0].isdigit():
             continue
         owner = int(parts[0])
-        if tmp.name.startswith(identity + "-"):
+        if tmp.name.startswith(f".{identity}-"):
             continue
         if owner != int(pid) and _alive(owner):
             continue
