@@ -62,9 +62,16 @@ def sim_plc(instance: str = "plc-1", poll_ms: int = 20) -> dict[str, Any]:
 @dataclass
 class Running:
     runtime: Runtime
-    app: SignalRecorder
+    app: Any
     client: CommandClient
     output: Path
+    config_path: Path
+    document: dict[str, Any]
+
+    def reload(self, section: Mapping[str, Any]) -> dict[str, Any]:
+        self.document["component"] = dict(section)
+        self.config_path.write_text(json.dumps(self.document))
+        return self.call("reload-config", {"requestId": uuid.uuid4().hex})
 
     def call(self, verb: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
         reply: dict[str, Any] = self.client.call(verb, dict(body or {}), timeout=20)
@@ -105,25 +112,28 @@ class Rig:
         return {"output": {"path": str(output)}, **settings}
 
     def start_recorder(self, output: Path, thing: str = "rec", **settings: Any) -> Running:
-        document = self.document(self.recorder_section(output, **settings))
-        path = self.tmp_path / f"recorder-{uuid.uuid4().hex[:6]}.json"
+        return self.start_component(SignalRecorder, self.recorder_section(output, **settings),
+                                    thing, output)  # fmt: skip
+
+    def start_component(
+        self, app_class: Any, section: Mapping[str, Any], thing: str, output: Path
+    ) -> Running:
+        document = self.document(section)
+        path = self.tmp_path / f"{app_class.token}-{uuid.uuid4().hex[:6]}.json"
         path.write_text(json.dumps(document))
         loader = ConfigLoader(
-            path,
-            thing=thing,
-            component_schema=SignalRecorder.schema,
-            default_component=SignalRecorder.token,
+            path, thing=thing, component_schema=app_class.schema, default_component=app_class.token
         )
         runtime = Runtime(loader.load())
-        app = SignalRecorder()
+        app = app_class()
         self.runtimes.append(runtime)
         runtime.start(app, loader)
         messaging = connected_client(self.broker.plain_port)
         self.clients.append(messaging)
         client = CommandClient.for_scope(messaging, runtime.topics)
-        wait_until(lambda: inbox_answers(client), 10, "the recorder's inbox")
-        wait_until(runtime.get_messaging().subscriptions_acknowledged, 10, "the recorder's SUBACK")
-        return Running(runtime, app, client, output)
+        wait_until(lambda: inbox_answers(client), 10, f"the {app_class.token} inbox")
+        wait_until(runtime.get_messaging().subscriptions_acknowledged, 10, "the SUBACK")
+        return Running(runtime, app, client, output, path, document)
 
     def start_plc(self, component: Mapping[str, Any] | None = None) -> Adapter:
         document = self.document(component or sim_plc())

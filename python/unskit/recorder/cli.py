@@ -8,6 +8,7 @@ import datetime as dt
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from unskit.recorder.config import extra_installed, missing_extra
 
@@ -39,37 +40,35 @@ def parse_time(text: str) -> dt.datetime:
     return value.astimezone(dt.timezone.utc)
 
 
-def _dataset(root: Path) -> Any:
+def _partitioning(root: Path) -> tuple[Any, Any]:
+    """The Hive partitioning of `root`, read from its directory names alone (no file is
+    opened): date as text and hour as a number (compared as ranges), the others
+    dictionaries like the columns of the same name inside the files."""
     import pyarrow as pa
     import pyarrow.dataset as ds
 
-    discovered = ds.dataset(
-        root,
-        format="parquet",
-        partitioning=ds.HivePartitioning.discover(infer_dictionary=True),
-        exclude_invalid_files=False,
-    )
     fields = []
-    for found in discovered.partitioning.schema if discovered.partitioning else []:
-        # date and hour compare as ranges (string and integer); the others stay dictionaries
-        # like the columns of the same name inside the files.
-        if found.name == "date":
+    dictionaries = {}
+    folder = root
+    pattern = ""
+    while True:
+        levels = sorted(p for p in folder.iterdir() if p.is_dir() and "=" in p.name)
+        if not levels:
+            break
+        name = levels[0].name.split("=", 1)[0]
+        pattern += f"{name}=*/"
+        if name == "date":
             fields.append(pa.field("date", pa.string()))
-        elif found.name == "hour":
+        elif name == "hour":
             fields.append(pa.field("hour", pa.int32()))
         else:
-            fields.append(found)
-    partitioning = ds.partitioning(pa.schema(fields), flavor="hive")
-    # Files written with different tag keys have different tag columns: read them all.
-    schemas = [f.physical_schema for f in discovered.get_fragments()]
-    unified = pa.unify_schemas(
-        [*schemas, pa.schema([f for f in fields if f.name not in _names(schemas)])]
-    )
-    return ds.dataset(root, format="parquet", partitioning=partitioning, schema=unified)
-
-
-def _names(schemas: list[Any]) -> set[str]:
-    return {name for schema in schemas for name in schema.names}
+            fields.append(pa.field(name, pa.dictionary(pa.int32(), pa.string())))
+            # Every value of this level, from the directory names (the files stay closed).
+            values = {unquote(p.name.split("=", 1)[1]) for p in root.glob(pattern)}
+            dictionaries[name] = pa.array(sorted(values), pa.string())
+        folder = levels[0]
+    schema = pa.schema(fields)
+    return ds.partitioning(schema, flavor="hive", dictionaries=dictionaries), schema
 
 
 def query(
@@ -82,40 +81,68 @@ def query(
     instance: str | None = None,
 ) -> Any:
     """The recorded rows of `signal` with start <= time < end (source timestamp, else
-    server, else receive time), as a pyarrow Table
-    sorted by source timestamp. The date and hour partitions outside the range are never
-    opened."""
+    server, else receive time) as a pyarrow Table sorted by that time. Files in date, hour,
+    device and instance partitions outside the query are never opened."""
+    import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    dataset = _dataset(root)
-    names = set(dataset.schema.names)
-    condition = None
-
-    def both(expression: Any) -> None:
-        nonlocal condition
-        condition = expression if condition is None else condition & expression
-
+    partitioning, partitions = _partitioning(root)
+    keys = set(partitions.names)
+    by_path: list[Any] = []  # on the partition keys alone: prunes directories
+    by_row: list[Any] = []
     if signal is not None:
-        both(ds.field("signal_id") == signal)
-    if device is not None:
-        both(ds.field("device") == device)
-    if instance is not None:
-        both(ds.field("instance") == instance)
-    # The instance a sample's partition was chosen by: source, else server, else receipt.
+        by_row.append(ds.field("signal_id") == signal)
+    for name, value in (("device", device), ("instance", instance)):
+        if value is not None:
+            (by_path if name in keys else by_row).append(ds.field(name) == value)
+    # The time a sample's partition was chosen by: source, else server, else receipt.
     at = pc.coalesce(ds.field("source_ts"), ds.field("server_ts"), ds.field("receive_ts"))
     if start is not None:
-        both(at >= start)
-        if "date" in names:
-            both(ds.field("date") >= start.strftime("%Y-%m-%d"))
+        by_row.append(at >= pa.scalar(start, pa.timestamp("ms", tz="UTC")))
+        if "date" in keys:
+            by_path.append(ds.field("date") >= start.strftime("%Y-%m-%d"))
     if end is not None:
-        both(at < end)
-        if "date" in names:
-            both(ds.field("date") <= end.strftime("%Y-%m-%d"))
-    if start is not None and end is not None and "hour" in names and start.date() == end.date():
-        both((ds.field("hour") >= start.hour) & (ds.field("hour") <= end.hour))
-    table = dataset.to_table(filter=condition)
-    return table.sort_by([("source_ts", "ascending"), ("receive_ts", "ascending")])
+        by_row.append(at < pa.scalar(end, pa.timestamp("ms", tz="UTC")))
+        if "date" in keys:
+            by_path.append(ds.field("date") <= end.strftime("%Y-%m-%d"))
+    if start is not None and end is not None and "hour" in keys and start.date() == end.date():
+        by_path.append((ds.field("hour") >= start.hour) & (ds.field("hour") <= end.hour))
+    # Listed with the schema given, so no file is opened before the directories are pruned.
+    listed = ds.dataset(
+        root, format="parquet", partitioning=partitioning, schema=_empty(partitions).schema
+    )
+    fragments = list(listed.get_fragments(filter=_all(by_path)))
+    if not fragments:
+        return _empty(partitions)
+    # Files written with other tag keys have other tag columns: the union of what is read.
+    schema = pa.unify_schemas([f.physical_schema for f in fragments] + [partitions])
+    dataset = ds.dataset(
+        [f.path for f in fragments],
+        format="parquet",
+        partitioning=partitioning,
+        partition_base_dir=str(root),
+        schema=schema,
+    )
+    table = dataset.to_table(filter=_all(by_path + by_row))
+    order = pc.coalesce(table["source_ts"], table["server_ts"], table["receive_ts"])
+    return table.take(pc.sort_indices(order))
+
+
+def _all(expressions: list[Any]) -> Any:
+    combined = None
+    for expression in expressions:
+        combined = expression if combined is None else combined & expression
+    return combined
+
+
+def _empty(partitions: Any) -> Any:
+    import pyarrow as pa
+
+    from unskit.recorder.writer import file_schema
+
+    schema = pa.unify_schemas([file_schema((), variant=False), partitions])
+    return schema.empty_table()
 
 
 def _value(row: dict[str, Any]) -> Any:
@@ -149,8 +176,7 @@ def _run(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         pq.write_table(table, args.output, compression="zstd")
     elif args.format == "csv":
-        # CSV has no dictionaries or lists: decoded, and lists as their text.
-        plain = table.cast(_csv_schema(table.schema))
+        plain = _plain(table)
         if args.output:
             pacsv.write_csv(plain, args.output)
         else:
@@ -167,18 +193,22 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _csv_schema(schema: Any) -> Any:
+def _plain(table: Any) -> Any:
+    """The table as CSV can hold it: dictionaries decoded, lists as JSON text."""
+    import json
+
     import pyarrow as pa
 
-    fields = []
-    for f in schema:
-        kind = f.type
+    columns = []
+    for column in table.columns:
+        kind = column.type
         if pa.types.is_dictionary(kind):
-            kind = kind.value_type
+            column = column.cast(kind.value_type)
         elif pa.types.is_list(kind):
-            kind = pa.string()
-        fields.append(pa.field(f.name, kind))
-    return pa.schema(fields)
+            text = [None if v is None else json.dumps(v) for v in column.to_pylist()]
+            column = pa.array(text, pa.string())
+        columns.append(column)
+    return pa.table(columns, names=table.column_names)
 
 
 class _StdoutSink:

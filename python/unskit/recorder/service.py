@@ -365,9 +365,9 @@ class Recorder:
         with self._lock:
             if settings.writer_settings() != self.settings.writer_settings():
                 self.writer.close_all()
-                stats = self.writer.stats
+                previous = self.writer
                 self.writer = self._writer(settings)
-                self.writer.stats = stats
+                self.writer.stats, self.writer.sequence = previous.stats, previous.sequence
             self.settings = settings
             self._matches.clear()
             self.writer.max_open_files = settings.max_open_files

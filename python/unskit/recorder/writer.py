@@ -427,7 +427,8 @@ class RecordWriter:
         self.identity = identity
         self.stats = WriterStats()
         self._files: dict[tuple[tuple[str, ...], tuple[str, ...]], _OpenFile] = {}
-        self._sequence = 0
+        #: The last file number used; file names never repeat within one identity.
+        self.sequence = 0
         self._on_failure = on_failure
         self._on_closed = on_closed
         self._clock = clock
@@ -534,9 +535,13 @@ class RecordWriter:
             # hours must not hold a file per hour open.
             oldest = min(self._files, key=lambda k: self._files[k].last_used)
             self._close(oldest)
-        self._sequence += 1
         folder = self.output.joinpath(*partition)
-        path = folder / f"{self.identity}-{self._sequence:06d}.parquet"
+        while True:
+            self.sequence += 1
+            path = folder / f"{self.identity}-{self.sequence:06d}.parquet"
+            # Never over a closed file (a writer rebuilt by a reload continues the count).
+            if not path.exists():
+                break
         schema = file_schema(tag_keys, variant=self.variant)
         return _OpenFile(
             partition, tag_keys, path, schema, _Columns(tag_keys, self.variant), self._clock()
