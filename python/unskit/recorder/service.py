@@ -16,6 +16,7 @@ from unskit.messaging import MessagingClient
 from unskit.recorder.config import RecorderSettings
 from unskit.recorder.subscription import SignalSubscription
 from unskit.recorder.writer import (
+    Batch,
     FileFailure,
     RecordWriter,
     Source,
@@ -29,14 +30,12 @@ __all__ = [
     "ALARM_INPUT",
     "ALARM_OVERFLOW",
     "ALARM_WRITE",
-    "SIGNAL_UPDATE_CASE",
     "Recorder",
     "RejectReason",
 ]
 
 _log = logging.getLogger(__name__)
 
-SIGNAL_UPDATE_CASE = "southbound_signal_update"
 ALARM_OVERFLOW = "recorder-queue-overflow"
 ALARM_INPUT = "recorder-input-rejected"
 ALARM_WRITE = "recorder-write-failed"
@@ -176,23 +175,23 @@ class Recorder:
         if verdict is not None:
             self._reject(verdict, topic)
             return
-        if message.body_case != SIGNAL_UPDATE_CASE:
+        # The codec hands the samples over as column buffers: no object per sample.
+        columns = message.signal_columns()
+        if columns is None:
             self._reject(RejectReason.NOT_SIGNAL_UPDATE, topic)
             return
-        body = message.body
         try:
-            signal = body["signal"]
-            samples = body["samples"]
-            source = self._source(topic, message, signal["id"], signal.get("name"))
-        except (KeyError, TypeError, ValueError):
+            source = self._source(topic, message, columns[0], columns[1])
+        except ValueError:
             self._reject(RejectReason.MALFORMED, topic)
             return
+        batch = Batch.from_columns(columns)
         receive_ms = time.time_ns() // 1_000_000
         with self._lock:
             if self._stopped:
-                self.writer.stats.samples_lost += len(samples)
+                self.writer.stats.samples_lost += len(batch)
                 return
-            kept = self.writer.add(source, samples, receive_ms)
+            kept = self.writer.add_batch(source, batch, receive_ms)
             self.counts.messages += 1
             self.counts.samples += kept
             self._handled.notify_all()

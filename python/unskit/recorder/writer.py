@@ -112,14 +112,13 @@ class Source:
 
 
 class _Dictionary:
-    """One dictionary-encoded column: codes per row, each distinct value stored once."""
+    """One dictionary-encoded column's distinct values, each stored once."""
 
-    __slots__ = ("codes", "index", "values")
+    __slots__ = ("index", "values")
 
-    def __init__(self, values: Sequence[str] = ()) -> None:
-        self.values: list[str | None] = list(values)
-        self.index: dict[str | None, int] = {v: i for i, v in enumerate(self.values)}
-        self.codes = array("i")
+    def __init__(self) -> None:
+        self.values: list[str | None] = []
+        self.index: dict[str | None, int] = {}
 
     def code(self, value: str | None) -> int:
         found = self.index.get(value)
@@ -128,222 +127,285 @@ class _Dictionary:
             self.values.append(value)
         return found
 
-    def repeat(self, value: str | None, count: int) -> None:
-        self.codes.extend(array("i", (self.code(value),)) * count)
-
-    def build(self) -> pa.Array:
-        codes = np.frombuffer(self.codes, dtype=np.int32)
+    def build(self, codes: np.ndarray[Any, Any]) -> pa.Array:
         nulls = self.index.get(None)
         dictionary = pa.array([v if v is not None else "" for v in self.values], pa.string())
         mask = codes == nulls if nulls is not None else None
         return pa.DictionaryArray.from_arrays(pa.array(codes, mask=mask), dictionary)
 
 
-class _Sparse:
-    """A value column most rows leave empty: the rows that have a value, and the values."""
-
-    __slots__ = ("rows", "values")
-
-    def __init__(self, values: Any) -> None:
-        self.rows = array("q")
-        self.values = values
-
-    def build(self, count: int, kind: pa.DataType) -> pa.Array:
-        if not self.rows:
-            return pa.nulls(count, kind)
-        compact = pa.array(self.values, kind)
-        if len(self.rows) == count:
-            return compact
-        indices = np.full(count, -1, dtype=np.int64)
-        indices[np.frombuffer(self.rows, dtype=np.int64)] = np.arange(len(self.rows))
-        return compact.take(pa.array(indices, mask=indices < 0))
+_NUMERIC = (int, float)
+#: The envelope's quality numbers (proto enum) and their names, as the body projects them.
+_QUALITY_NAMES = ("UNSPECIFIED", *QUALITIES)
 
 
-def _timestamps(values: array[int]) -> pa.Array:
-    # 0 is the envelope's "not set": a null, not 1970.
-    data = np.frombuffer(values, dtype=np.int64)
-    return pa.array(data, _TS, mask=data == 0)
+def _is_number_list(value: Any) -> bool:
+    return type(value) is list and all(type(v) in _NUMERIC for v in value)
+
+
+@dataclass
+class Batch:
+    """One update's samples as arrays (one entry per sample): what the envelope codec's
+    `Message.signal_columns` returns, or built from sample dicts. `kind` holds the
+    VALUE_TYPES code of each sample; `strings`, `lists`, `others` and `statuses` are
+    (index, value) pairs of the samples they belong to."""
+
+    source_ts: np.ndarray[Any, Any]
+    server_ts: np.ndarray[Any, Any]
+    quality: np.ndarray[Any, Any]
+    kind: np.ndarray[Any, Any]
+    doubles: np.ndarray[Any, Any]
+    ints: np.ndarray[Any, Any]
+    bools: np.ndarray[Any, Any]
+    strings: list[tuple[int, str]]
+    lists: list[tuple[int, list[float]]]
+    others: list[tuple[int, Any]]
+    statuses: list[tuple[int, str]]
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    @classmethod
+    def from_columns(cls, columns: tuple[Any, ...]) -> Batch:
+        """From `Message.signal_columns()`'s buffers (no object per sample)."""
+        (_, _, _, source, server, quality, kinds, doubles, ints, bools) = columns[:10]
+        strings, others, statuses = columns[10:13]
+        kind = np.frombuffer(kinds, dtype=np.uint8).astype(np.int32)
+        lists: list[tuple[int, list[float]]] = []
+        odd: list[tuple[int, Any]] = []
+        for index, value in others:
+            # The codec's "other": a list of numbers has its column, the rest is JSON.
+            if _is_number_list(value):
+                lists.append((index, [float(v) for v in value]))
+                kind[index] = _LIST
+            else:
+                odd.append((index, value))
+                kind[index] = _JSON
+        return cls(
+            np.frombuffer(source, dtype=np.int64),
+            np.frombuffer(server, dtype=np.int64),
+            np.frombuffer(quality, dtype=np.int32),
+            kind,
+            np.frombuffer(doubles, dtype=np.float64),
+            np.frombuffer(ints, dtype=np.int64),
+            np.frombuffer(bools, dtype=np.uint8).astype(bool),
+            strings,
+            lists,
+            odd,
+            statuses,
+        )
+
+    @classmethod
+    def from_samples(cls, samples: Sequence[Mapping[str, Any]]) -> Batch:
+        """From sample dicts as `Message.body` projects them (value, quality, both
+        timestamps; status when set)."""
+        n = len(samples)
+        kind = np.zeros(n, dtype=np.int32)
+        doubles = np.zeros(n, dtype=np.float64)
+        ints = np.zeros(n, dtype=np.int64)
+        bools = np.zeros(n, dtype=bool)
+        strings, lists, others, statuses = [], [], [], []
+        names = {name: code for code, name in enumerate(_QUALITY_NAMES)}
+        quality = np.array(
+            [names.get(q, q) if isinstance(q, str) else q for q in
+             (s.get("quality", "GOOD") for s in samples)],
+            dtype=np.int32,
+        )  # fmt: skip
+        for k, sample in enumerate(samples):
+            value: Any = sample.get("value")
+            status = sample.get("status")
+            if status:
+                statuses.append((k, status))
+            if value is None:
+                continue
+            t: type = type(value)
+            if t is float:
+                kind[k], doubles[k] = _F64, value
+            elif t is bool:
+                kind[k], bools[k] = _BOOL, value
+            elif t is int and _INT64_MIN <= value <= _INT64_MAX:
+                kind[k], ints[k] = _I64, value
+            elif t is str:
+                kind[k] = _STR
+                strings.append((k, value))
+            elif _is_number_list(value):
+                kind[k] = _LIST
+                lists.append((k, [float(v) for v in value]))
+            else:
+                kind[k] = _JSON
+                others.append((k, value))
+        return cls(
+            np.array([s.get("source_timestamp_ms", 0) for s in samples], dtype=np.int64),
+            np.array([s.get("server_timestamp_ms", 0) for s in samples], dtype=np.int64),
+            quality,
+            kind,
+            doubles,
+            ints,
+            bools,
+            strings,
+            lists,
+            others,
+            statuses,
+        )
+
+    def take(self, rows: np.ndarray[Any, Any]) -> Batch:
+        """The samples at `rows` (sorted positions), renumbered from 0."""
+        where = {int(old): new for new, old in enumerate(rows)}
+
+        def pick(pairs: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+            return [(where[i], v) for i, v in pairs if i in where]
+
+        return Batch(
+            self.source_ts[rows],
+            self.server_ts[rows],
+            self.quality[rows],
+            self.kind[rows],
+            self.doubles[rows],
+            self.ints[rows],
+            self.bools[rows],
+            pick(self.strings),
+            pick(self.lists),
+            pick(self.others),
+            pick(self.statuses),
+        )
+
+    def slice(self, start: int, stop: int) -> Batch:
+        """Samples start..stop-1, renumbered from 0."""
+        if start == 0 and stop >= len(self):
+            return self
+        return self.take(np.arange(start, min(stop, len(self))))
+
+    def value(self, k: int) -> Any:
+        """Sample k's value as a Python object (the variant layout's JSON text needs it)."""
+        code = int(self.kind[k])
+        if code == _F64:
+            return float(self.doubles[k])
+        if code == _I64:
+            return int(self.ints[k])
+        if code == _BOOL:
+            return bool(self.bools[k])
+        for pairs in (self.strings, self.lists, self.others):
+            for index, value in pairs:
+                if index == k:
+                    return value
+        return None
 
 
 class _Columns:
-    """The rows buffered for one file, column by column."""
+    """The rows buffered for one file: each update's arrays and its source, turned into
+    columns in one step per row group."""
 
     def __init__(self, tag_keys: Sequence[str], variant: bool) -> None:
         self.tag_keys = tuple(tag_keys)
         self.variant = variant
         self.count = 0
-        self.source_ts = array("q")
-        self.server_ts = array("q")
-        self.receive_ts = array("q")
-        self.root = _Dictionary()
-        self.device = _Dictionary()
-        self.component = _Dictionary()
-        self.instance = _Dictionary()
-        self.signal_id = _Dictionary()
-        self.signal_path = _Dictionary()
-        self.quality = _Dictionary(QUALITIES)
-        self.value_type = array("i")
-        self.status = _Sparse([])
-        self.f64 = _Sparse(array("d"))
-        self.i64 = _Sparse(array("q"))
-        self.bools = _Sparse([])
-        self.strings = _Sparse([])
-        self.lists = _Sparse([])
-        self.json = _Sparse([])
-        self.tags = [_Dictionary() for _ in self.tag_keys]
+        self.batches: list[Batch] = []
+        self.sources: list[Source] = []
+        self.receive_ms = array("q")
 
-    def add(
-        self, source: Source, samples: Sequence[Mapping[str, Any]], receive_ms: int
-    ) -> tuple[int, int]:
-        """Appends one message's samples, as the envelope codec decodes them (value,
-        quality and both timestamps always present, status when set); returns (rows added,
-        values kept as JSON text because their type has no column of its own)."""
-        start, n = self.count, len(samples)
-        self.root.repeat(source.root, n)
-        self.device.repeat(source.device, n)
-        self.component.repeat(source.component, n)
-        self.instance.repeat(source.instance, n)
-        self.signal_id.repeat(source.signal_id, n)
-        self.signal_path.repeat(source.signal_path, n)
-        tags = dict(source.tags)
-        for key, column in zip(self.tag_keys, self.tags, strict=True):
-            column.repeat(tags.get(key), n)
-        self.receive_ts.extend(array("q", (receive_ms,)) * n)
-        # Column at a time: each field is gathered by one comprehension and lands in its
-        # buffer in one C-level extend; only a batch of mixed value types goes sample by
-        # sample.
-        self.source_ts.extend(array("q", [s["source_timestamp_ms"] for s in samples]))
-        self.server_ts.extend(array("q", [s["server_timestamp_ms"] for s in samples]))
-        qualities = [s["quality"] for s in samples]
-        codes = self.quality.codes
-        if len(set(qualities)) == 1:
-            codes.extend(array("i", (self.quality.code(qualities[0]),)) * n)
-        else:
-            codes.extend(array("i", map(self.quality.code, qualities)))
-        statuses = [s.get("status") for s in samples]
-        if any(statuses):
-            for k, status in enumerate(statuses):
-                if status:
-                    self.status.rows.append(start + k)
-                    self.status.values.append(status)
-        values = [s["value"] for s in samples]
-        odd = 0
-        if not self._homogeneous(start, values):
-            value_type = self.value_type
-            for k, value in enumerate(values):
-                kind = self._value(start + k, value)
-                value_type.append(kind)
-                odd += kind == _JSON
+    def add(self, source: Source, batch: Batch, receive_ms: int) -> tuple[int, int]:
+        """Appends one update's samples (no copy of its arrays until the row group is
+        built); returns (rows added, values kept as JSON text because their type has no
+        column of its own)."""
+        self.batches.append(batch)
+        self.sources.append(source)
+        self.receive_ms.append(receive_ms)
+        n = len(batch)
         self.count += n
-        return n, odd
+        return n, len(batch.others)
 
-    def _homogeneous(self, start: int, values: list[Any]) -> bool:
-        """Appends a batch whose values share one scalar type in one step; False (nothing
-        appended) for any other batch."""
-        if self.variant:
-            return False
-        kinds = set(map(type, values))
-        if len(kinds) != 1:
-            return False
-        (kind,) = kinds
-        n = len(values)
-        if kind is float:
-            column, code = self.f64, _F64
-            column.values.extend(array("d", values))
-        elif kind is int:
-            column, code = self.i64, _I64
-            try:
-                column.values.extend(array("q", values))
-            except OverflowError:
-                return False
-        elif kind is bool:
-            column, code = self.bools, _BOOL
-            column.values.extend(values)
-        elif kind is str:
-            column, code = self.strings, _STR
-            column.values.extend(values)
-        else:
-            return False
-        column.rows.frombytes(np.arange(start, start + n, dtype=np.int64).tobytes())
-        self.value_type.extend(array("i", (code,)) * n)
-        return True
-
-    def _value(self, row: int, value: Any) -> int:
-        kind = type(value)
-        if value is None:
-            return _NULL
-        if self.variant:
-            self.json.rows.append(row)
-            self.json.values.append(_json(value))
-            return _typed(value)
-        if kind is float:
-            self.f64.rows.append(row)
-            self.f64.values.append(value)
-            return _F64
-        if kind is bool:
-            self.bools.rows.append(row)
-            self.bools.values.append(value)
-            return _BOOL
-        if kind is int and _INT64_MIN <= value <= _INT64_MAX:
-            self.i64.rows.append(row)
-            self.i64.values.append(value)
-            return _I64
-        if kind is str:
-            self.strings.rows.append(row)
-            self.strings.values.append(value)
-            return _STR
-        if kind is list and all(type(v) in (int, float) for v in value):
-            self.lists.rows.append(row)
-            self.lists.values.append([float(v) for v in value])
-            return _LIST
-        self.json.rows.append(row)
-        self.json.values.append(_json(value))
-        return _JSON
+    def _per_update(self, values: Sequence[str | None], counts: Any) -> pa.Array:
+        """A dictionary column of one value per update, repeated over its samples."""
+        column = _Dictionary()
+        codes = np.array([column.code(v) for v in values], dtype=np.int32)
+        return column.build(np.repeat(codes, counts))
 
     def table(self, schema: pa.Schema) -> pa.Table:
         """The buffered rows as one table of `schema`."""
         n = self.count
-        codes = np.frombuffer(self.value_type, dtype=np.int32)
+        batches, sources = self.batches, self.sources
+        counts = np.array([len(b) for b in batches], dtype=np.int64)
+        kind = np.concatenate([b.kind for b in batches])
+        receive = np.repeat(np.frombuffer(self.receive_ms, dtype=np.int64), counts)
         columns: list[pa.Array] = [
-            _timestamps(self.source_ts),
-            _timestamps(self.server_ts),
-            pa.array(np.frombuffer(self.receive_ts, dtype=np.int64), _TS),
-            self.root.build(),
-            self.device.build(),
-            self.component.build(),
-            self.instance.build(),
-            self.signal_id.build(),
-            self.signal_path.build(),
-            self.quality.build(),
-            self.status.build(n, pa.string()),
-            pa.DictionaryArray.from_arrays(pa.array(codes), _VALUE_TYPE_DICT),
+            _timestamps(np.concatenate([b.source_ts for b in batches])),
+            _timestamps(np.concatenate([b.server_ts for b in batches])),
+            pa.array(receive).cast(_TS),
+            self._per_update([s.root for s in sources], counts),
+            self._per_update([s.device for s in sources], counts),
+            self._per_update([s.component for s in sources], counts),
+            self._per_update([s.instance for s in sources], counts),
+            self._per_update([s.signal_id for s in sources], counts),
+            self._per_update([s.signal_path for s in sources], counts),
+            _qualities(np.concatenate([b.quality for b in batches])),
+            _sparse(batches, "statuses", n, pa.string()),
+            pa.DictionaryArray.from_arrays(pa.array(kind), _VALUE_TYPE_DICT),
         ]
-        if not self.variant:
+        if self.variant:
+            columns.append(_variant(batches, n))
+        else:
             columns += [
-                self.f64.build(n, pa.float64()),
-                self.i64.build(n, pa.int64()),
-                self.bools.build(n, pa.bool_()),
-                self.strings.build(n, pa.string()),
-                self.lists.build(n, pa.list_(pa.float64())),
+                pa.array(np.concatenate([b.doubles for b in batches]), mask=kind != _F64),
+                pa.array(np.concatenate([b.ints for b in batches]), mask=kind != _I64),
+                pa.array(np.concatenate([b.bools for b in batches]), mask=kind != _BOOL),
+                _sparse(batches, "strings", n, pa.string()),
+                _sparse(batches, "lists", n, pa.list_(pa.float64())),
+                _sparse(batches, "others", n, pa.string(), _json),
             ]
-        columns.append(self.json.build(n, pa.string()))
-        columns += [column.build() for column in self.tags]
+        for key in self.tag_keys:
+            columns.append(self._per_update([dict(s.tags).get(key) for s in sources], counts))
         return pa.Table.from_arrays(columns, schema=schema)
 
 
-def _typed(value: Any) -> int:
-    kind = type(value)
-    if kind is float:
-        return _F64
-    if kind is bool:
-        return _BOOL
-    if kind is int:
-        return _I64 if _INT64_MIN <= value <= _INT64_MAX else _JSON
-    if kind is str:
-        return _STR
-    if kind is list and all(type(v) in (int, float) for v in value):
-        return _LIST
-    return _JSON
+def _timestamps(data: np.ndarray[Any, Any]) -> pa.Array:
+    # 0 is the envelope's "not set": a null, not 1970. Built as int64 and cast: the
+    # timestamp conversion of a masked NumPy array takes a slower path.
+    return pa.array(data, mask=data == 0).cast(_TS)
+
+
+def _qualities(numbers: np.ndarray[Any, Any]) -> pa.Array:
+    names = list(_QUALITY_NAMES)
+    if len(numbers) and (numbers.min() < 0 or numbers.max() >= len(names)):
+        # A quality from a newer schema: named by its number, not guessed.
+        found = np.unique(numbers)
+        names = [_QUALITY_NAMES[q] if 0 <= q < len(_QUALITY_NAMES) else str(q) for q in found]
+        numbers = np.searchsorted(found, numbers).astype(np.int32)
+    return pa.DictionaryArray.from_arrays(pa.array(numbers), pa.array(names, pa.string()))
+
+
+def _sparse(
+    batches: list[Batch],
+    field_name: str,
+    count: int,
+    kind: pa.DataType,
+    convert: Callable[[Any], Any] | None = None,
+) -> pa.Array:
+    """A column only some rows have a value in, from the batches' (index, value) pairs."""
+    rows: list[int] = []
+    values: list[Any] = []
+    offset = 0
+    for batch in batches:
+        for index, value in getattr(batch, field_name):
+            rows.append(offset + index)
+            values.append(value if convert is None else convert(value))
+        offset += len(batch)
+    if not rows:
+        return pa.nulls(count, kind)
+    compact = pa.array(values, kind)
+    if len(rows) == count:
+        return compact
+    indices = np.full(count, -1, dtype=np.int64)
+    indices[np.array(rows, dtype=np.int64)] = np.arange(len(rows))
+    return compact.take(pa.array(indices, mask=indices < 0))
+
+
+def _variant(batches: list[Batch], count: int) -> pa.Array:
+    texts: list[str | None] = []
+    for batch in batches:
+        for k in range(len(batch)):
+            value = batch.value(k)
+            texts.append(None if value is None else _json(value))
+    return pa.array(texts, pa.string()) if texts else pa.nulls(count, pa.string())
 
 
 def _json(value: Any) -> str:
@@ -429,6 +491,7 @@ class RecordWriter:
         self._files: dict[tuple[tuple[str, ...], tuple[str, ...]], _OpenFile] = {}
         #: The last file number used; file names never repeat within one identity.
         self.sequence = 0
+        self._partitions: dict[tuple[int, str, str, str | None], tuple[str, ...]] = {}
         self._on_failure = on_failure
         self._on_closed = on_closed
         self._clock = clock
@@ -450,42 +513,55 @@ class RecordWriter:
     # -- writing --------------------------------------------------------------------------
 
     def add(self, source: Source, samples: Sequence[Mapping[str, Any]], receive_ms: int) -> int:
-        """Appends one message's samples, each to the partition of its own timestamp
-        (source, else server, else receive time); returns the rows kept."""
+        """Appends sample dicts (as `Message.body` projects them); see `add_batch`."""
         if not samples:
             return 0
+        return self.add_batch(source, Batch.from_samples(samples), receive_ms)
+
+    def add_batch(self, source: Source, batch: Batch, receive_ms: int) -> int:
+        """Appends one update's samples, each to the partition of its own time (source
+        timestamp, else server timestamp, else `receive_ms`); returns the rows kept."""
+        if not len(batch):
+            return 0
         kept = 0
-        for partition, group in self._by_partition(source, samples, receive_ms):
+        for partition, group in self._by_partition(source, batch, receive_ms):
             kept += self._append(partition, source, group, receive_ms)
         return kept
 
     def _by_partition(
-        self, source: Source, samples: Sequence[Mapping[str, Any]], receive_ms: int
-    ) -> Iterable[tuple[tuple[str, ...], Sequence[Mapping[str, Any]]]]:
+        self, source: Source, batch: Batch, receive_ms: int
+    ) -> Iterable[tuple[tuple[str, ...], Batch]]:
         by_time = [p for p in self.partition_by if p in ("date", "hour")]
         if not by_time:
-            return [(self._partition(source, 0), samples)]
+            return [(self._partition(source, 0), batch)]
         width = _HOUR_MS if "hour" in by_time else _DAY_MS
-        stamps = [s["source_timestamp_ms"] for s in samples]
-        low, high = min(stamps), max(stamps)
+        stamps = batch.source_ts
+        low, high = int(stamps.min()), int(stamps.max())
         if low > 0 and low // width == high // width:
             # The usual update: every sample stamped by its source within one hour.
-            return [(self._partition(source, low), samples)]
-        buckets: dict[int, list[Mapping[str, Any]]] = {}
-        first = None
-        for sample in samples:
-            at = (
-                sample.get("source_timestamp_ms") or sample.get("server_timestamp_ms") or receive_ms
-            )
-            bucket = at // width
-            if first is None:
-                first = bucket
-            buckets.setdefault(bucket, []).append(sample)
-        if len(buckets) == 1:
-            return [(self._partition(source, first or 0), samples)]
-        return [(self._partition(source, b * width), group) for b, group in buckets.items()]
+            return [(self._partition(source, low), batch)]
+        at = np.where(
+            stamps > 0, stamps, np.where(batch.server_ts > 0, batch.server_ts, receive_ms)
+        )
+        buckets = at // width
+        found = np.unique(buckets)
+        if len(found) == 1:
+            return [(self._partition(source, int(found[0]) * width), batch)]
+        return [
+            (self._partition(source, int(b) * width), batch.take(np.nonzero(buckets == b)[0]))
+            for b in found
+        ]
 
     def _partition(self, source: Source, at_ms: int) -> tuple[str, ...]:
+        key = (at_ms // _HOUR_MS, source.device, source.component, source.instance)
+        known = self._partitions.get(key)
+        if known is None:
+            if len(self._partitions) >= 4096:
+                self._partitions.clear()
+            known = self._partitions[key] = self._partition_of(source, at_ms)
+        return known
+
+    def _partition_of(self, source: Source, at_ms: int) -> tuple[str, ...]:
         values = []
         stamp = time.gmtime(at_ms // 1000) if at_ms >= 0 else time.gmtime(0)
         for key in self.partition_by:
@@ -503,23 +579,20 @@ class RecordWriter:
         return tuple(values)
 
     def _append(
-        self,
-        partition: tuple[str, ...],
-        source: Source,
-        samples: Sequence[Mapping[str, Any]],
-        receive_ms: int,
+        self, partition: tuple[str, ...], source: Source, batch: Batch, receive_ms: int
     ) -> int:
         tag_keys = tuple(k for k, _ in source.tags)
         key = (partition, tag_keys)
-        kept = 0
-        while samples:
+        kept, done, total = 0, 0, len(batch)
+        while done < total:
             opened = self._files.get(key)
             if opened is None:
                 opened = self._files[key] = self._open(partition, tag_keys)
             opened.last_used = self._clock()
             # maxRows is exact: a batch larger than the room left continues in a new file.
             room = min(self.roll.max_rows - opened.rows, self.row_group_rows - opened.buffer.count)
-            chunk, samples = samples[:room], samples[room:]
+            chunk = batch.slice(done, done + room)
+            done += len(chunk)
             added, odd = opened.buffer.add(source, chunk, receive_ms)
             self.stats.json_values += odd
             if opened.buffer.count >= self.row_group_rows and not self._write_group(opened):
