@@ -24,6 +24,7 @@ from unskit.demo.supervisor import add_demo_parser
 from unskit.egress.cli import add_egress_parser
 from unskit.errors import ConfigError, ConfigIssue, SecretError
 from unskit.messaging.tools import add_tool_parsers
+from unskit.recorder.cli import add_record_parser
 from unskit.runtime.component import (
     COMPONENT_ENTRY_POINTS,
     ComponentApp,
@@ -347,6 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_tool_parsers(commands)
     add_call_parser(commands)
     add_egress_parser(commands)
+    add_record_parser(commands)
     args = parser.parse_args(argv)
     code: int = args.run(args)
     return code

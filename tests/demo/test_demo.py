@@ -12,12 +12,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from tests.support.mosquitto import Mosquitto
 from unskit.demo.plan import CAMERAS, OPCUA_INSTANCE, PLC, PUSH_INSTANCE
 
-COMPONENTS = ("ethernet-ip-adapter", "opcua-adapter", "camera-adapter", "file-egress")
+COMPONENTS = (
+    "ethernet-ip-adapter",
+    "opcua-adapter",
+    "camera-adapter",
+    "file-egress",
+    "signal-recorder",
+)
 #: What the demo runs beside them: the OPC UA server the adapter subscribes to.
 DEVICES = ("opcua-sim",)
 CAPTURE = re.compile(
@@ -75,6 +82,12 @@ def test_the_demo_runs_the_stack_and_delivers_every_capture(tmp_path: Path) -> N
     count = len(captures)
     assert f"delivered   {count} of {count} images verified by SHA-256" in text
     assert len(list(delivered.rglob("*.jpg"))) == count
+
+    # The PLC's signals, recorded as Parquet and delivered beside the images.
+    recorded = pq.read_table(sorted((delivered / "signals").rglob("*.parquet"))[0])
+    assert recorded.num_rows > 0
+    assert set(recorded.column("instance").to_pylist()) <= {PLC, PUSH_INSTANCE}
+    assert set(recorded.column("component").to_pylist()) == {"ethernet-ip-adapter"}
 
     # Every component exited 0, after readiness went off first.
     for name in COMPONENTS:

@@ -84,6 +84,26 @@ class Message:
     def inject_tag(self, key: str, value: str) -> None: ...
     @property
     def body(self) -> Any: ...
+    def signal_columns(
+        self,
+    ) -> (
+        tuple[
+            str,
+            str | None,
+            int,
+            bytes,
+            bytes,
+            bytes,
+            bytes,
+            bytes,
+            bytes,
+            bytes,
+            list[tuple[int, str]],
+            list[tuple[int, Any]],
+            list[tuple[int, str]],
+        ]
+        | None
+    ): ...
     @property
     def body_case(self) -> str | None: ...
     @property

@@ -7,12 +7,16 @@ Layout of the output folder::
     logs/       each component's log
     state/      command and catalog databases (commands.stateDir)
     images/     the camera adapter's output root; the egress watches it
-    delivered/  the egress destination
+    signals/    the signal-recorder's Parquet files of the PLC's signals; the egress watches it
+    delivered/  the egress destination (images, and the Parquet files under signals/)
     archive/    sources the egress delivered and verified (kept, not deleted)
+
+The signal-recorder runs when its extra (pyarrow) is installed.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,10 +28,12 @@ __all__ = [
     "PLC",
     "PUSH_INSTANCE",
     "ROOT",
+    "SIGNALS_INSTANCE",
     "THING",
     "Peer",
     "demo_documents",
     "demo_peers",
+    "recorder_available",
 ]
 
 #: The thing name (device level) every demo component runs as, and the UNS root.
@@ -38,6 +44,8 @@ PLC = "press-1"
 CAMERAS = ("cam-top", "cam-side")
 #: The egress instance that ships the camera's images.
 EGRESS_INSTANCE = "camera-images"
+#: The egress instance that ships the signal-recorder's Parquet files.
+SIGNALS_INSTANCE = "signal-history"
 #: The OPC UA adapter's instance on the demo's OPC UA server (`unskit opcua-sim`).
 OPCUA_INSTANCE = "line-1"
 #: The CIP adapter's push instance on the demo's class-1 target (`unskit cip-target-sim`).
@@ -236,8 +244,48 @@ def _egress(output: Path) -> dict[str, Any]:
                     },
                     "onComplete": {"action": "archive", "archiveDir": str(output / "archive")},
                     "egress": [{"id": "local", "type": "local", "path": str(output / "delivered")}],
-                }
+                },
+                {
+                    "id": SIGNALS_INSTANCE,
+                    "source": {
+                        "path": str(output / "signals"),
+                        # The recorder writes hidden .tmp files and renames each into place
+                        # once it is a complete Parquet file: only those are taken.
+                        "include": ["*.parquet"],
+                        "recursive": True,
+                        "settleSeconds": 0.5,
+                    },
+                    "onComplete": {
+                        "action": "archive",
+                        "archiveDir": str(output / "archive" / "signals"),
+                    },
+                    "egress": [
+                        {
+                            "id": "local",
+                            "type": "local",
+                            "path": str(output / "delivered" / "signals"),
+                        }
+                    ],
+                },
             ],
+        },
+    }
+
+
+def recorder_available() -> bool:
+    """Whether the signal-recorder can run here (its extra, pyarrow, is installed)."""
+    return importlib.util.find_spec("pyarrow") is not None
+
+
+def _recorder(output: Path) -> dict[str, Any]:
+    return {
+        **_common(output, "stamping"),
+        "component": {
+            # The sim PLC's signals, polled and pushed (both instances of the CIP adapter).
+            "topics": {"include": [f"{ROOT}/{THING}/ethernet-ip-adapter/+/data/#"]},
+            "output": {"path": str(output / "signals"), "fsync": False},
+            # Short files, so the egress ships some while the demo runs.
+            "roll": {"maxSeconds": 10},
         },
     }
 
@@ -246,9 +294,12 @@ def demo_documents(
     output: Path, opcua_port: int, cip_port: int
 ) -> list[tuple[str, dict[str, Any]]]:
     """(component name, configuration) of each demo process, in start order, under `output`."""
-    # The egress first, so it watches the image folder before the first capture lands.
+    # The egress first, so it watches the image folder before the first capture lands; the
+    # recorder before the PLC, so it records the first updates.
+    recorder = [("signal-recorder", _recorder(output))] if recorder_available() else []
     return [
         ("file-egress", _egress(output)),
+        *recorder,
         ("ethernet-ip-adapter", _plc(output, cip_port)),
         ("opcua-adapter", _opcua(output, opcua_port)),
         ("camera-adapter", _cameras(output)),

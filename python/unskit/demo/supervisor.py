@@ -39,8 +39,9 @@ STOP_TIMEOUT_S = 30.0
 DELIVERY_TIMEOUT_S = 30.0
 #: Written into the output folder so a later run knows it may empty it.
 MARKER = ".unskit-demo"
-#: The producers stop first; the egress last, once it has shipped what they made.
-PRODUCERS = ("camera-adapter", "ethernet-ip-adapter", "opcua-adapter")
+#: The producers stop first (the recorder closes its open files then); the egress last,
+#: once it has shipped what they made.
+PRODUCERS = ("camera-adapter", "ethernet-ip-adapter", "opcua-adapter", "signal-recorder")
 EXIT_MISMATCH = 1
 #: How often the supervisor checks that every component is still running.
 MONITOR_INTERVAL_S = 0.5
@@ -416,6 +417,7 @@ class Supervisor:
             ("config", "generated configurations"),
             ("logs", "component logs"),
             ("images", "camera output, watched by the egress"),
+            ("signals", "recorded PLC signals (Parquet), shipped too"),
             ("delivered", "egress destination"),
             ("archive", "sources the egress delivered"),
         ):

@@ -185,6 +185,21 @@ impl<'py> ProjectionSink for PySink<'py> {
     }
 }
 
+/// Fixed-width numbers as one bytes object of their native-endian encodings, what
+/// `numpy.frombuffer` and `array.frombytes` read back without another conversion.
+fn ne_bytes<'py, T: Copy, const N: usize>(
+    py: Python<'py>,
+    values: &[T],
+    encode: fn(T) -> [u8; N],
+) -> PyResult<Bound<'py, PyBytes>> {
+    PyBytes::new_with(py, values.len() * N, |buf| {
+        for (chunk, v) in buf.chunks_exact_mut(N).zip(values) {
+            chunk.copy_from_slice(&encode(*v));
+        }
+        Ok(())
+    })
+}
+
 fn non_empty(value: &str) -> Option<String> {
     (!value.is_empty()).then(|| value.to_owned())
 }
@@ -642,6 +657,47 @@ impl Message {
     #[getter]
     fn body<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         core::project_body(&self.envelope.body, BinaryView::Native, &mut PySink { py })
+    }
+
+    /// A signal update's samples as columns, or None for any other body: (signal id,
+    /// signal name or None, sample count, source and server timestamps (int64), quality
+    /// numbers (int32), value kinds (uint8: 0 null, 1 float, 2 int, 3 bool, 4 str, 5 other),
+    /// floats (float64), ints (int64), bools (uint8), then lists of (index, value) for the
+    /// str and other values and of (index, status) for the statuses). Every buffer is
+    /// native-endian bytes with one entry per sample.
+    fn signal_columns<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let Some(CoreBody::SouthboundSignalUpdate(update)) = &self.envelope.body else {
+            return Ok(None);
+        };
+        let c = core::signal_columns(update);
+        let (id, name) = match &update.signal {
+            Some(signal) => (signal.id.as_str(), non_empty(&signal.name)),
+            None => ("", None),
+        };
+        let mut sink = PySink { py };
+        let mut others = Vec::with_capacity(c.others.len());
+        for (index, value) in &c.others {
+            others.push((
+                *index,
+                core::project_value(value, BinaryView::Native, &mut sink)?,
+            ));
+        }
+        let items: Vec<Bound<'py, PyAny>> = vec![
+            PyString::new(py, id).into_any(),
+            name.into_pyobject(py)?.into_any(),
+            c.kind.len().into_pyobject(py)?.into_any(),
+            ne_bytes(py, &c.source_ts, i64::to_ne_bytes)?.into_any(),
+            ne_bytes(py, &c.server_ts, i64::to_ne_bytes)?.into_any(),
+            ne_bytes(py, &c.quality, i32::to_ne_bytes)?.into_any(),
+            PyBytes::new(py, &c.kind).into_any(),
+            ne_bytes(py, &c.doubles, f64::to_ne_bytes)?.into_any(),
+            ne_bytes(py, &c.ints, i64::to_ne_bytes)?.into_any(),
+            PyBytes::new(py, &c.bools).into_any(),
+            PyList::new(py, c.strings)?.into_any(),
+            PyList::new(py, others)?.into_any(),
+            PyList::new(py, c.statuses)?.into_any(),
+        ];
+        Ok(Some(PyTuple::new(py, items)?))
     }
 
     /// The oneof field name of the body ("structured", "opaque",

@@ -147,7 +147,8 @@ fn push_present<'a, S: ProjectionSink>(
     Ok(())
 }
 
-fn project_value<S: ProjectionSink>(
+/// One structured value.
+pub fn project_value<S: ProjectionSink>(
     value: &Value,
     binary: BinaryView,
     sink: &mut S,

@@ -1,0 +1,1 @@
+"""The signal-recorder: UNS signal updates into Hive-partitioned Parquet files."""
