@@ -23,6 +23,7 @@ from unskit.config.vault import DEFAULT_KEY_ENV, Vault, VaultKey
 from unskit.demo.supervisor import add_demo_parser
 from unskit.egress.cli import add_egress_parser
 from unskit.errors import ConfigError, ConfigIssue, SecretError
+from unskit.fleet.cli import add_fleet_parser
 from unskit.messaging.tools import add_tool_parsers
 from unskit.runtime.component import (
     COMPONENT_ENTRY_POINTS,
@@ -333,6 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_tool_parsers(commands)
     add_call_parser(commands)
     add_egress_parser(commands)
+    add_fleet_parser(commands)
     args = parser.parse_args(argv)
     code: int = args.run(args)
     return code
