@@ -67,6 +67,7 @@ def _table(report: FleetReport) -> str:
         ("latency p50", ms(report.latency_p50_ms)),
         ("latency p99", ms(report.latency_p99_ms)),
         ("latency max", ms(report.latency_max_ms)),
+        ("simulator CPU", f"{report.cpu_s:.2f} s (gateways and subscriber, one process)"),
         ("produced", f"{report.produced:,}"),
         ("published", f"{report.published:,} ({report.publish_errors:,} errors)"),
         ("delivered samples", f"{report.delivered:,} ({report.duplicates:,} duplicates)"),

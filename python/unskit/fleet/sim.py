@@ -142,6 +142,8 @@ class FleetReport:
     latency_max_ms: float | None
     #: Delivered samples whose send time was no longer known (later than CLOCK_SLOTS polls).
     latency_unknown: int
+    #: CPU seconds this process (gateways and subscriber, every thread) used while publishing.
+    cpu_s: float = 0.0
     stopped_early: bool = False
     #: The run's topic root: its data is under {root}/+/fleet-sim/sim/data/+.
     root: str = ""
@@ -411,6 +413,7 @@ def run_fleet(options: FleetOptions, stop: threading.Event | None = None) -> Fle
     drivers: list[FleetDriver] = []
     runners: list[InstanceRunner] = []
     started = ended = time.perf_counter()
+    cpu_s = 0.0
     try:
         sink = _client(options, f"{root}-subscriber", 0).start()
         clients.append(sink)
@@ -441,14 +444,14 @@ def run_fleet(options: FleetOptions, stop: threading.Event | None = None) -> Fle
         for client in clients[1:]:
             _wait_connected(client, options)
         _probe(clients[1:], devices, root, subscriber, options)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         for runner in runners:
             runner.start()
         stop.wait(options.duration)
         stopped_early = stop.is_set()
         for runner in runners:
             runner.stop()
-        ended = time.perf_counter()
+        ended, cpu_s = time.perf_counter(), time.process_time() - cpu_started
         runners.clear()
         produced = sum(d.samples for d in drivers)
         published = tally.total("samplesPublished")
@@ -459,7 +462,13 @@ def run_fleet(options: FleetOptions, stop: threading.Event | None = None) -> Fle
         for client in clients:
             client.close(2)
     return _report(
-        options, root, subscriber, produced, published, tally, started, ended, stopped_early
+        options,
+        root,
+        subscriber,
+        (produced, published),
+        tally,
+        (started, ended, cpu_s),
+        stopped_early,
     )
 
 
@@ -502,13 +511,13 @@ def _report(
     options: FleetOptions,
     root: str,
     subscriber: _Subscriber,
-    produced: int,
-    published: int,
+    counts: tuple[int, int],
     tally: _Tally,
-    started: float,
-    ended: float,
+    times: tuple[float, float, float],
     stopped_early: bool,
 ) -> FleetReport:
+    produced, published = counts
+    started, ended, cpu_s = times
     with subscriber.cond:
         delivered, last_at = subscriber.delivered, subscriber.last_at
         latency = subscriber.latency
@@ -539,6 +548,7 @@ def _report(
             latency_p99_ms=ms(latency.quantile(0.99)),
             latency_max_ms=ms(latency.max_s if latency.count else None),
             latency_unknown=subscriber.latency_unknown,
+            cpu_s=round(cpu_s, 2),
             stopped_early=stopped_early,
             root=root,
         )
