@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import random
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -18,7 +20,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from tests.messaging.conftest import broker_config
 from tests.support.nats import NatsCluster
-from tests.support.servers import wait_until
+from tests.support.servers import free_port, wait_until
 from unskit.cli import main
 from unskit.envelope import Message, MessageBuilder
 from unskit.fleet.sim import LatencyHistogram
@@ -54,6 +56,10 @@ class Watcher:
             seen = self.samples.setdefault(root, set())
             for sample in message.body["samples"]:
                 seen.add((device, signal, sample["value"]))
+
+    def total(self) -> int:
+        with self.lock:
+            return sum(len(seen) for seen in self.samples.values())
 
     def distinct(self, root: str) -> int:
         with self.lock:
@@ -110,12 +116,54 @@ def test_fleet_on_mosquitto_delivers_every_sample(broker, capsys) -> None:
 
 
 @pytest.mark.integration
+def test_an_endpoint_list_fails_over_past_a_dead_broker(broker, capsys) -> None:
+    # The subscriber and gateway 0 start at the dead entry, gateway 1 at Mosquitto.
+    brokers = f"127.0.0.1:{free_port()},127.0.0.1:{broker.plain_port}"
+    report = run_sim(capsys, "--broker", brokers, "-k", "2", "-m", "2", "--duration", "0.5")
+    assert report["brokers"] == brokers.split(",")
+    assert report["delivered"] == report["produced"] > 0
+    assert report["lost"] == 0
+
+
+@pytest.mark.integration
 def test_table_output_names_the_figures(broker, capsys) -> None:
     options = ["--broker", f"127.0.0.1:{broker.plain_port}", "-k", "1", "-m", "1"]
     assert main(["fleet-sim", *options, "--duration", "0.3", "--qos", "0"]) == 0
     out = capsys.readouterr().out
     for label in ("delivered", "latency p50", "latency p99", "lost", "QoS 0"):
         assert label in out, out
+
+
+@pytest.mark.integration
+def test_sigterm_ends_the_run_early_and_it_still_reports(broker, tmp_path) -> None:
+    watcher = Watcher(broker.plain_port)
+    command = [sys.executable, "-m", "unskit.cli", "fleet-sim", "--json", "--duration", "120"]
+    command += ["--broker", f"127.0.0.1:{broker.plain_port}", "-k", "2", "-m", "2"]
+    command += ["--rate", "50"]
+    with (tmp_path / "err.txt").open("wb") as err:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err)
+    try:
+        wait_until(lambda: watcher.total() >= 20, 30, "the fleet to publish")
+        process.terminate()
+        out, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=5)
+        watcher.close()
+    assert process.returncode == 0, (tmp_path / "err.txt").read_text()
+    report = json.loads(out)
+    assert report["stopped_early"] is True
+    assert report["duration_s"] < 60
+    assert report["delivered"] == report["produced"] > 0
+    assert report["lost"] == 0
+
+
+@pytest.mark.integration
+def test_an_unreachable_broker_is_exit_1(capsys) -> None:
+    options = ["--broker", f"127.0.0.1:{free_port()}", "--connect-timeout", "0.5"]
+    assert main(["fleet-sim", *options, "-k", "1", "-m", "1"]) == 1
+    assert "cannot connect to 127.0.0.1:" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
