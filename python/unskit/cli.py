@@ -23,6 +23,7 @@ from unskit.config.vault import DEFAULT_KEY_ENV, Vault, VaultKey
 from unskit.demo.supervisor import add_demo_parser
 from unskit.egress.cli import add_egress_parser
 from unskit.errors import ConfigError, ConfigIssue, SecretError
+from unskit.fleet.cli import add_fleet_parser
 from unskit.messaging.tools import add_tool_parsers
 from unskit.recorder.cli import add_record_parser
 from unskit.runtime.component import (
@@ -349,6 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_call_parser(commands)
     add_egress_parser(commands)
     add_record_parser(commands)
+    add_fleet_parser(commands)
     args = parser.parse_args(argv)
     code: int = args.run(args)
     return code
