@@ -18,6 +18,7 @@ __all__ = [
     "topic_class",
     "topic_matches_filter",
     "uns_topic",
+    "unshared_filter",
     "validate_token",
 ]
 
@@ -64,6 +65,16 @@ def topic_matches_filter(topic_filter: str, topic: str) -> bool:
         if level != "+" and level != topic_levels[i]:
             return False
     return len(filter_levels) == len(topic_levels)
+
+
+def unshared_filter(topic_filter: str) -> str:
+    """The filter a shared subscription (``$share/<group>/<filter>``, MQTT 5 and Mosquitto
+    on 3.1.1) matches topics against; any other filter as it is."""
+    if topic_filter.startswith("$share/"):
+        parts = topic_filter.split("/", 2)
+        if len(parts) == 3 and parts[1] and parts[2]:
+            return parts[2]
+    return topic_filter
 
 
 def topic_class(topic: str, head_levels: int | None = None) -> str | None:

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 
 from unskit.envelope import Message
-from unskit.topics import topic_matches_filter
+from unskit.topics import topic_matches_filter, unshared_filter
 
 __all__ = ["DEFAULT_MAX_MESSAGES", "UNCAPPED_WORKERS", "Handler", "Subscription"]
 
@@ -43,6 +43,8 @@ class Subscription:
         if max_messages is not None and max_messages < 1:
             raise ValueError(f"max_messages must be at least 1, not {max_messages}")
         self.topic_filter = topic_filter
+        # A shared subscription ($share/<group>/<filter>) delivers topics of its filter.
+        self._match_filter = unshared_filter(topic_filter)
         self._handler = handler
         # 0 or less means uncapped, as in the Java and Python variants.
         self.max_concurrency = (
@@ -68,7 +70,7 @@ class Subscription:
 
     def matches(self, topic: str) -> bool:
         """Whether `topic` falls under this subscription's filter."""
-        return topic_matches_filter(self.topic_filter, topic)
+        return topic_matches_filter(self._match_filter, topic)
 
     @property
     def worker_limit(self) -> int:
