@@ -247,6 +247,9 @@ class Recorder:
     def acknowledged(self, topic_filters: object) -> bool:
         return False
 
+    def wait_acknowledged(self, topic_filters: object, timeout: float) -> bool:
+        return False
+
     def publish_backlog(self) -> int:
         return 0
 

@@ -276,6 +276,11 @@ class MessagingClient:
         with `subscribe` since it came up, the reply filter ``lib/reply-{token}/#`` included."""
         return self._local.subscriptions_acknowledged()
 
+    def wait_subscribed(self, timeout: float) -> bool:
+        """Blocks until the broker acknowledged every local subscription made so far (True),
+        or `timeout` seconds pass (False)."""
+        return self._local.wait_subscriptions_acknowledged(timeout)
+
     def publish_status(self, northbound: bool = False) -> PublishStatus:
         """The local (or northbound) link's publishing: connected, backlog, failures."""
         link = self._require_northbound() if northbound else self._local

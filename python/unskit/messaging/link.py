@@ -123,6 +123,12 @@ class Link:
             filters = [*self.subscriptions, self.replies.filter]
         return self.transport.acknowledged(filters)
 
+    def wait_subscriptions_acknowledged(self, timeout: float) -> bool:
+        """Blocks until `subscriptions_acknowledged` (True) or `timeout` seconds pass."""
+        with self._lock:
+            filters = [*self.subscriptions, self.replies.filter]
+        return self.transport.wait_acknowledged(filters, timeout)
+
     def _hold(self, topic: str, payload: bytes | bytearray) -> bool:
         with self._hold_lock:
             held = self._held

@@ -73,6 +73,8 @@ class MqttTransport:
         self._secrets = secrets
         self._clock = clock
         self._lock = threading.Lock()
+        # Notified (under the lock) whenever a SUBACK is recorded.
+        self._subacks = threading.Condition(self._lock)
         self._filters: dict[str, QoS] = {}
         # Filters the broker acknowledged (SUBACK) on the current connection, and the
         # filters of each SUBSCRIBE still awaiting its SUBACK, by packet id.
@@ -270,6 +272,14 @@ class MqttTransport:
         with self._lock:
             return self._connected and self._acknowledged.issuperset(topic_filters)
 
+    def wait_acknowledged(self, topic_filters: Sequence[str], timeout: float) -> bool:
+        """Blocks until `acknowledged(topic_filters)` or `timeout` seconds pass."""
+        with self._subacks:
+            return self._subacks.wait_for(
+                lambda: self._connected and self._acknowledged.issuperset(topic_filters),
+                timeout,
+            )
+
     @property
     def subscribes_sent(self) -> int:
         """SUBSCRIBE packets sent since start (restores after reconnects included)."""
@@ -431,6 +441,7 @@ class MqttTransport:
                     refused.append(topic_filter)
                 elif topic_filter in self._filters:
                     self._acknowledged.add(topic_filter)
+            self._subacks.notify_all()
         if refused:
             _log.error(
                 "messaging %s: the broker refused the subscription to %s",

@@ -60,6 +60,10 @@ class Transport(Protocol):
         link last came up; a transport without acknowledgements answers for its link."""
         ...
 
+    def wait_acknowledged(self, topic_filters: Sequence[str], timeout: float) -> bool:
+        """Blocks until `acknowledged(topic_filters)` holds (True) or `timeout` s pass."""
+        ...
+
     def publish_backlog(self) -> int:
         """Publishes (QoS 1/2) sent or queued but not yet acknowledged by the broker."""
         ...
