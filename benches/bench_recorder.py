@@ -64,7 +64,7 @@ def _settings(root: str, output: Path) -> RecorderSettings:
     return RecorderSettings(
         include=(f"{root}/+/+/+/data/#",),
         exclude=(),
-        share_group=None,
+        group=None,
         queue_messages=1_000_000,
         output=output,
         partition_by=("date", "hour", "device", "component", "instance"),

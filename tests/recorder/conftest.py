@@ -30,6 +30,7 @@ from unskit.commands import CommandClient
 from unskit.config import ConfigLoader
 from unskit.envelope import Identity, Message, MessageBuilder
 from unskit.messaging import MessagingClient
+from unskit.messaging.groups import PROBE_NAME
 from unskit.recorder.component import SignalRecorder
 from unskit.runtime.component import Runtime
 
@@ -135,9 +136,9 @@ class Rig:
         wait_until(runtime.get_messaging().subscriptions_acknowledged, 10, "the SUBACK")
         return Running(runtime, app, client, output, path, document)
 
-    def start_plc(self, component: Mapping[str, Any] | None = None) -> Adapter:
+    def start_plc(self, component: Mapping[str, Any] | None = None, thing: str = "gw") -> Adapter:
         document = self.document(component or sim_plc())
-        return self.adapters.start(EthernetIpAdapter, document)
+        return self.adapters.start(EthernetIpAdapter, document, thing)
 
     def close(self) -> None:
         self.adapters.close()
@@ -174,6 +175,8 @@ def published_samples(messages: list[tuple[str, Message]]) -> list[tuple[Any, ..
     """(signal id, source ts, server ts, quality, value) of every sample published."""
     rows = []
     for _, message in messages:
+        if message.header.name == PROBE_NAME:
+            continue  # a consumer group's probe crosses the data topics once per member
         body = message.body
         for sample in body["samples"]:
             rows.append(

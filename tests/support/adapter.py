@@ -94,11 +94,13 @@ class AdapterHarness:
         doc.update(sections)
         return doc
 
-    def start(self, app_class: type[SouthboundComponent], document: dict[str, Any]) -> Adapter:
+    def start(
+        self, app_class: type[SouthboundComponent], document: dict[str, Any], thing: str = "gw"
+    ) -> Adapter:
         path = self.tmp_path / f"adapter-{len(self.runtimes)}.json"
         path.write_text(json.dumps(document))
         loader = ConfigLoader(
-            path, thing="gw", component_schema=app_class.schema, default_component=app_class.token
+            path, thing=thing, component_schema=app_class.schema, default_component=app_class.token
         )
         messaging = connected_client(self.broker.plain_port)
         self.clients.append(messaging)

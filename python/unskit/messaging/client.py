@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from unskit.config.model import BrokerConfig, MessagingConfig
@@ -56,6 +56,7 @@ class MessagingClient:
         on_reply_refused: Callable[[str, ReplyRefusal], None] | None = None,
     ) -> None:
         self._config = config
+        self._secrets = secrets
         self._reply_prefixes = tuple(config.reply_topic_prefixes)
         self._refusals = RefusalLog(_log)
         self._on_reply_refused = on_reply_refused
@@ -275,6 +276,28 @@ class MessagingClient:
         """Whether the local link is up and the broker acknowledged every subscription made
         with `subscribe` since it came up, the reply filter ``lib/reply-{token}/#`` included."""
         return self._local.subscriptions_acknowledged()
+
+    def side_client(self, role: str) -> MessagingClient:
+        """A started client of its own beside this one: the same local broker settings, on
+        the endpoint this link is on now, with a clean session and client id
+        ``{client id}-{role}``; for a short side task (a probe) that must not wait behind
+        this client's start-up hold. The caller closes it."""
+        local = self._config.local
+        if local is None:
+            raise MessagingError("no local broker configured to open a side client on")
+        host, _, port = self._local.transport.endpoint.rpartition(":")
+        side = replace(
+            local,
+            host=host.strip("[]"),
+            port=int(port),
+            failover=(),
+            client_id=f"{local.client_id}-{role}",
+            store_and_forward=None,
+        )
+        client = MessagingClient(
+            MessagingConfig(local=side), secrets=self._secrets, persistent_session=False
+        )
+        return client.start()
 
     def wait_subscribed(self, timeout: float) -> bool:
         """Blocks until the broker acknowledged every local subscription made so far (True),

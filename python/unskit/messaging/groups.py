@@ -45,6 +45,7 @@ _log = logging.getLogger(__name__)
 #: The header name of the probe envelope; every member drops it.
 PROBE_NAME = "unskit.consumer-group-probe"
 DEFAULT_PROBE_TIMEOUT_S = 3.0
+PROBE_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_DEDUP_WINDOW = 10_000
 _PROBE_LEVEL = "consumer-group-probe"
 
@@ -244,6 +245,8 @@ class ConsumerGroup:
         return GroupMode.SHARED if verdict else GroupMode.PARTITIONED
 
     def _probe(self, topic_filter: str) -> bool:
+        """Sends a probe through a private share group of `topic_filter` on a side
+        connection (the component's own client holds what it receives during start-up)."""
         token = uuid.uuid4().hex[:12]
         probe_filter = f"$share/{self.config.name}-probe-{token}/{topic_filter}"
         arrived = threading.Event()
@@ -252,21 +255,24 @@ class ConsumerGroup:
             if message.header.name == PROBE_NAME and message.body.get("token") == token:
                 arrived.set()
 
-        self._messaging.subscribe(probe_filter, on_probe, max_concurrency=1, max_messages=16)
+        deadline = max(self.config.probe_timeout_s, PROBE_CONNECT_TIMEOUT_S)
+        side = self._messaging.side_client("group-probe")
         try:
-            if not self._messaging.wait_subscribed(self._messaging_deadline()):
+            if not side.wait_connected(deadline):
+                raise MessagingError(
+                    f"consumer group {self.config.name!r}: the probe connection did not open"
+                )
+            side.subscribe(probe_filter, on_probe, max_concurrency=1, max_messages=16)
+            if not side.wait_subscribed(deadline):
                 raise MessagingError(
                     f"consumer group {self.config.name!r}: the probe subscription was not "
                     "acknowledged"
                 )
             probe = MessageBuilder(PROBE_NAME, "1").body({"token": token}).build()
-            self._messaging.publish(_probe_topic(topic_filter), probe)
+            side.publish(_probe_topic(topic_filter), probe)
             return arrived.wait(self.config.probe_timeout_s)
         finally:
-            self._messaging.unsubscribe(probe_filter)
-
-    def _messaging_deadline(self) -> float:
-        return max(self.config.probe_timeout_s, 5.0)
+            side.close(1)
 
     def open(
         self,

@@ -50,7 +50,12 @@ class SignalRecorder:
         self._runtime = runtime
         settings = parse_component(runtime.config)
         self.recorder = Recorder(
-            settings, runtime.get_messaging(), alarm=self._alarm, count=self._count
+            settings,
+            runtime.get_messaging(),
+            alarm=self._alarm,
+            count=self._count,
+            # {root}[/{root level}]/{device}/{component}: the device is two above the head.
+            device_level=runtime.topics.head_levels - 2,
         ).start()
         recorder = self.recorder
         runtime.observe_queue("recorder.subscription", recorder.queued)

@@ -17,6 +17,7 @@ from typing import Any
 from unskit.config.model import ComponentConfig, thaw
 from unskit.config.schema import load_schema
 from unskit.errors import ConfigError, ConfigIssue
+from unskit.messaging.groups import ConsumerGroupConfig, GroupMode, consumer_group_from_section
 
 __all__ = [
     "DEFAULT_PARTITIONS",
@@ -76,7 +77,9 @@ class RollPolicy:
 class RecorderSettings:
     include: tuple[str, ...]
     exclude: tuple[str, ...]
-    share_group: str | None
+    #: The consumer group this recorder shares its filters with (shareGroup or
+    #: consumerGroup), None for a recorder of its own.
+    group: ConsumerGroupConfig | None
     queue_messages: int
     output: Path
     partition_by: tuple[str, ...]
@@ -88,13 +91,6 @@ class RecorderSettings:
     level: int | None
     variant: bool
     flush_on_stop: bool
-
-    @property
-    def subscriptions(self) -> tuple[str, ...]:
-        """The filters sent to the broker: `$share/<group>/<filter>` with a share group."""
-        if self.share_group is None:
-            return self.include
-        return tuple(f"$share/{self.share_group}/{f}" for f in self.include)
 
     def writer_settings(self) -> tuple[Any, ...]:
         """What the open files depend on: a change closes them before it applies."""
@@ -108,6 +104,16 @@ class RecorderSettings:
             self.level,
             self.variant,
         )
+
+
+def _group(component: Mapping[str, Any], thing: str) -> ConsumerGroupConfig | None:
+    """consumerGroup as given, or shareGroup as a group of that name (this thing a member)
+    that uses $share when the broker proves it delivers through it, and refuses otherwise."""
+    if "consumerGroup" in component:
+        return consumer_group_from_section(component["consumerGroup"], "$.component.consumerGroup")
+    if "shareGroup" in component:
+        return ConsumerGroupConfig(name=component["shareGroup"], member=thing, mode=GroupMode.AUTO)
+    return None
 
 
 def default_filter(config: ComponentConfig) -> str:
@@ -149,6 +155,11 @@ def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
             if topic_filter in seen:
                 yield ConfigIssue(path, f"duplicate filter {topic_filter!r}")
             seen.add(topic_filter)
+    if "consumerGroup" in component:
+        try:
+            consumer_group_from_section(component["consumerGroup"], "$.component.consumerGroup")
+        except ConfigError as error:
+            yield from error.issues
     compression = component.get("compression") or {}
     if "level" in compression and compression.get("codec", "zstd") != "zstd":
         yield ConfigIssue("$.component.compression.level", "applies to the zstd codec only")
@@ -168,7 +179,7 @@ def parse_component(config: ComponentConfig) -> RecorderSettings:
     return RecorderSettings(
         include=tuple(topics.get("include") or (default_filter(config),)),
         exclude=tuple(topics.get("exclude") or ()),
-        share_group=component.get("shareGroup"),
+        group=_group(component, config.thing_name),
         queue_messages=(component.get("queue") or {}).get("maxMessages", DEFAULT_QUEUE_MESSAGES),
         output=Path(os.path.abspath(output["path"])),
         partition_by=tuple(output.get("partitionBy", DEFAULT_PARTITIONS)),

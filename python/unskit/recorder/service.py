@@ -93,7 +93,10 @@ class Recorder:
         alarm: Alarm | None = None,
         count: Count | None = None,
         identity: str | None = None,
+        device_level: int = 1,
     ) -> None:
+        """`device_level` is the topic level naming the publishing device (1 under a
+        one-level root), where a consumer group's partition cuts."""
         self.settings = settings
         self.identity = identity or process_identity()
         self._alarm = alarm
@@ -102,7 +105,9 @@ class Recorder:
         self._handled = threading.Condition(self._lock)
         self.counts = _Counts()
         self.writer = self._writer(settings)
-        self._subscription = SignalSubscription(messaging, self._on_message, self._on_overflow)
+        self._subscription = SignalSubscription(
+            messaging, self._on_message, self._on_overflow, device_level=device_level
+        )
         self._matches: dict[str, str | None] = {}
         self._sources: dict[tuple[str, str, str | None], Source] = {}
         self.paused = False
@@ -141,7 +146,7 @@ class Recorder:
 
     def _subscribe(self) -> None:
         s = self.settings
-        self._subscription.open(s.include, s.share_group, s.queue_messages)
+        self._subscription.open(s.include, s.group, s.queue_messages)
 
     def stop(self) -> None:
         """Unsubscribes, lets the queued messages reach the files (bounded), then closes
@@ -310,6 +315,7 @@ class Recorder:
             return {
                 "paused": self.paused,
                 "subscriptions": list(self._subscription.filters),
+                "consumerGroup": self._subscription.group_status(),
                 "openFiles": self.writer.open_files,
                 "rowsBuffered": self.writer.rows_buffered,
                 "filesClosed": stats.files_closed,
@@ -370,10 +376,8 @@ class Recorder:
             self.settings = settings
             self._matches.clear()
             self.writer.max_open_files = settings.max_open_files
-        wanted = set(settings.subscriptions)
-        if not self.paused and (
-            wanted != before or settings.queue_messages != self._subscription.max_messages
-        ):
+        wanted = (settings.include, settings.group, settings.queue_messages)
+        if not self.paused and wanted != self._subscription.opened_with:
             self._subscribe()
-        after = wanted if not self.paused else before
+        after = set(self._subscription.filters) if not self.paused else before
         return sorted(after - before), sorted(before - after), sorted(after & before)
