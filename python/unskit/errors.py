@@ -19,6 +19,8 @@
     ├── CommandError: a command verb's failure, carrying the spec's errorCode and errorMessage;
     │                 raised by verb handlers (the inbox replies with it) and by
     │                 `CommandClient.call` when the reply is a failure
+    │   └── SoapDeviceError: an ONVIF device's SOAP exchange that failed (no answer, a
+    │                        fault, malformed XML, refused credentials)
     ├── SignalError (also ValueError): a scaling or deadband setting, or a batch of samples,
     │                                  the signal kernels cannot use
     ├── CipError (also ValueError): a CIP datagram or assembly value that cannot be built,
