@@ -441,10 +441,16 @@ def test_a_second_engine_cannot_share_the_port() -> None:
 def test_the_io_thread_asks_for_a_short_scheduler_slice() -> None:
     engine = _cip.IoEngine(bind_host="127.0.0.1", port=0)
     try:
-        (task,) = [
-            t for t in Path("/proc/self/task").iterdir()
-            if (t / "comm").read_text().strip() == "unskit-cip-io"
-        ]  # fmt: skip
+
+        def io_threads() -> list[Path]:
+            return [
+                t for t in Path("/proc/self/task").iterdir()
+                if (t / "comm").read_text().strip() == "unskit-cip-io"
+            ]  # fmt: skip
+
+        # The thread names itself once it runs, which a loaded machine may delay.
+        wait_until(lambda: len(io_threads()) == 1, 10, "the named I/O thread")
+        (task,) = io_threads()
         slices = [line for line in (task / "sched").read_text().splitlines() if "se.slice" in line]
         if not slices:
             pytest.skip("this kernel has no custom scheduler slices (Linux < 6.12)")
