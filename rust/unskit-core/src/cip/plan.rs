@@ -494,7 +494,9 @@ impl InputPlan {
             }
             let values = &out.values[first * n..(first + field.count) * n];
             let published = &mut out.published[index * n..(index + 1) * n];
-            if field.count > 1 {
+            if field.count > 1 && every_row && self.sample_ms == 0 {
+                self.gate_array_every_row(index, &times, values, published);
+            } else if field.count > 1 {
                 self.gate_array(index, &rows, &times, values, published);
             } else if every_row && self.sample_ms == 0 {
                 self.gate_column_every_row(index, &times, values, published);
@@ -592,6 +594,38 @@ impl InputPlan {
         }
         self.last[field.first] = last;
         self.cut[field.first] = cut;
+        self.published_ms[index] = at;
+    }
+
+    /// [`gate_array`](Self::gate_array) when every datagram decoded and no sampleMs holds
+    /// a field back, with last and cut read in place.
+    fn gate_array_every_row(
+        &mut self,
+        index: usize,
+        times: &[u64],
+        columns: &[f64],
+        published: &mut [u8],
+    ) {
+        let n = times.len();
+        let field = &self.fields[index];
+        let (first, count, always, deadband) =
+            (field.first, field.count, field.always, field.deadband);
+        let last = &mut self.last[first..first + count];
+        let cut = &mut self.cut[first..first + count];
+        let mut at = self.published_ms[index];
+        for (d, flag) in published.iter_mut().enumerate().take(n) {
+            let due = at.is_none()
+                || always
+                || (0..count).any(|k| passes_cut(cut[k], last[k], columns[k * n + d]));
+            if due {
+                for k in 0..count {
+                    let v = columns[k * n + d];
+                    (last[k], cut[k]) = (v, cut_of(deadband, v));
+                }
+                at = Some(times[d]);
+                *flag = 1;
+            }
+        }
         self.published_ms[index] = at;
     }
 
