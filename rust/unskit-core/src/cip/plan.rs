@@ -6,7 +6,7 @@
 //! element passes, and then all its elements become the last published ones). An
 //! [`OutputPlan`] writes engineering values into an O-to-T assembly with range checks.
 
-use crate::cip::frame::{parse_datagram, Datagram, RealTimeFormat, Reason};
+use crate::cip::frame::{datagram_data, parse_datagram, Datagram, RealTimeFormat, Reason};
 use crate::cip::types::CipType;
 use crate::error::CoreError;
 use crate::signal::{Deadband, Scaling};
@@ -426,9 +426,12 @@ impl InputPlan {
         let mut rows: Vec<Option<&'a [u8]>> = Vec::with_capacity(datagrams.size_hint().0);
         let mut times: Vec<u64> = Vec::with_capacity(datagrams.size_hint().0);
         for (datagram, now_ms) in datagrams {
-            let parsed = parse_datagram(datagram, self.format, self.size);
-            out.status.push(status_code(parsed.map(|_| ())));
-            rows.push(parsed.ok().map(|p| p.data));
+            let data = datagram_data(datagram, self.format, self.size);
+            out.status.push(match data {
+                Some(_) => 0,
+                None => status_code(parse_datagram(datagram, self.format, self.size).map(|_| ())),
+            });
+            rows.push(data);
             times.push(now_ms);
         }
         let n = rows.len();
