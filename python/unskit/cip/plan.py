@@ -111,7 +111,7 @@ class PlanBatch:
             at += n
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PlanColumns:
     """`InputPlan.decode_columns` as NumPy arrays over the memory Rust filled (no copy, no
     Python object per value; read-only). Each column is contiguous: ``values[:, j]`` and
@@ -162,6 +162,7 @@ class InputPlan:
         self.counts: list[int] = self._plan.counts
         self.starts: list[int] = self._plan.starts
         self._elements: int = self._plan.elements
+        self._fields = len(self.ids)
         self.size_bytes = size_bytes
 
     @classmethod
@@ -208,11 +209,12 @@ class InputPlan:
         of whole datagrams back to back, or a sequence of datagrams (the GIL released from 64)."""
         status, values, published = self._plan.decode_columns(datagrams, now_ms)
         n = len(status)
+        frombuffer: Any = np.frombuffer  # numpy's stub lists buffer types, not the protocol
         # Rust writes column after column; the transposed views index [datagram, column].
         return PlanColumns(
-            np.frombuffer(memoryview(status), np.uint8),
-            np.frombuffer(memoryview(values), np.float64).reshape(self._elements, n).T,
-            np.frombuffer(memoryview(published), np.bool_).reshape(len(self.ids), n).T,
+            frombuffer(status, np.uint8),
+            frombuffer(values, np.float64).reshape(self._elements, n).T,
+            frombuffer(published, np.bool_).reshape(self._fields, n).T,
             self.ids,
             self.counts,
             self.starts,
