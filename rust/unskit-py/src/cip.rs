@@ -489,37 +489,49 @@ impl InputPlan {
         now_ms: &Bound<'py, PyAny>,
     ) -> PyResult<Columns3> {
         let whole = self.inner.format.datagram_bytes(self.inner.size);
-        let items: Vec<Bound<'py, PyAny>>;
-        let owned: Vec<Cow<'_, [u8]>>;
-        let blob: Cow<'_, [u8]>;
         let is_buffer = datagrams.cast::<PyBytes>().is_ok()
             || pyo3::buffer::PyBuffer::<u8>::get(datagrams).is_ok();
-        let frames: Vec<&[u8]> = if is_buffer {
-            blob = bytes_of(datagrams)?;
+        let plan = &mut self.inner;
+        let out = if is_buffer {
+            let blob = bytes_of(datagrams)?;
             if !blob.len().is_multiple_of(whole) {
                 return Err(cip_error(format!(
                     "{} bytes are not whole datagrams of {whole} bytes",
                     blob.len()
                 )));
             }
-            blob.chunks_exact(whole).collect()
+            let n = blob.len() / whole;
+            let times = times_of(now_ms, n)?;
+            let mut work = move || {
+                let mut out = ColumnBatch::default();
+                plan.decode_columns_contiguous(&blob, &times, &mut out);
+                out
+            };
+            if n >= DETACHED_DATAGRAMS {
+                detached(py, work)
+            } else {
+                work()
+            }
         } else {
             let seq = datagrams.cast::<PySequence>().map_err(|_| {
                 cip_error("datagrams must be a bytes-like buffer or a sequence of bytes")
             })?;
-            items = seq.try_iter()?.collect::<PyResult<_>>()?;
-            owned = items.iter().map(bytes_of).collect::<PyResult<_>>()?;
-            owned.iter().map(|f| &f[..]).collect()
+            let items: Vec<Bound<'py, PyAny>> = seq.try_iter()?.collect::<PyResult<_>>()?;
+            let owned: Vec<Cow<'_, [u8]>> = items.iter().map(bytes_of).collect::<PyResult<_>>()?;
+            let times = times_of(now_ms, owned.len())?;
+            let big = owned.len() >= DETACHED_DATAGRAMS;
+            let frames: Vec<&[u8]> = owned.iter().map(|f| &f[..]).collect();
+            let work = move || {
+                let mut out = ColumnBatch::default();
+                plan.decode_columns(frames.into_iter().zip(times), &mut out);
+                out
+            };
+            if big {
+                detached(py, work)
+            } else {
+                work()
+            }
         };
-        let times = times_of(now_ms, frames.len())?;
-        let plan = &mut self.inner;
-        let big = frames.len() >= DETACHED_DATAGRAMS;
-        let work = move || {
-            let mut out = ColumnBatch::default();
-            plan.decode_columns(frames.into_iter().zip(times), &mut out);
-            out
-        };
-        let out = if big { detached(py, work) } else { work() };
         Ok((
             Buffer::bytes(out.status),
             Buffer::f64s(out.values),
