@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import struct
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -118,6 +119,57 @@ def test_batch_is_columnar_and_equals_single_decodes():
     assert list(one_time.rows()) == list(sample_plan().decode_batch(frames, [0] * 200).rows())
     with pytest.raises(CipError, match="2 times for 200 datagrams"):
         sample_plan().decode_batch(frames, [0, 1])
+
+
+def test_columns_publish_what_the_batch_rows_do_and_hold_every_value():
+    frames = [frame(sample_data(level=float(i % 5), temp=i // 3)) for i in range(200)]
+    frames[7] = frames[7][:-1]
+    rows = list(sample_plan().decode_batch(frames, list(range(200))).rows())
+    cols = sample_plan().decode_columns(frames, list(range(200)))
+    assert list(cols.rows()) == rows
+    assert cols.values.shape == (200, 6)
+    assert cols.published.shape == (200, 5)
+    assert cols.status[7] == 1 + REASONS.index("truncated")
+    assert np.isnan(cols.values[7]).all()
+    assert not cols.published[7].any()
+    # Every datagram's values are there, published or not.
+    assert cols.column("a100/6/REAL")[:6, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 0.0]
+    assert cols.column(1)[3].tolist() == [-1.0, 1.0 + 0.5 * 1]
+    assert cols.column("a100/16/ULINT")[0, 0] == float(2**64 - 1)
+    assert cols.values.dtype == np.float64
+    assert not cols.values.flags.writeable
+
+
+def test_columns_take_one_buffer_of_whole_datagrams():
+    frames = [frame(sample_data(level=float(i % 7))) for i in range(100)]
+    blob = b"".join(frames)
+    from_list = sample_plan().decode_columns(frames, 5)
+    for buffer in (blob, bytearray(blob), memoryview(blob), np.frombuffer(blob, np.uint8)):
+        got = sample_plan().decode_columns(buffer, 5)
+        assert (got.status == from_list.status).all()
+        assert (got.published == from_list.published).all()
+        assert got.values.tobytes() == from_list.values.tobytes()
+    empty = sample_plan().decode_columns(b"", 0)
+    assert empty.values.shape == (0, 6)
+    assert list(empty.rows()) == []
+
+
+@pytest.mark.parametrize(
+    ("datagrams", "now_ms", "match"),
+    [
+        (b"\0" * 50, 0, "50 bytes are not whole datagrams of 48 bytes"),
+        ([b"x"] * 3, [1, 2], "2 times for 3 datagrams"),
+        ([b"x"], "soon", "now_ms must be an int"),
+        (12, 0, "bytes-like buffer or a sequence"),
+        (["text"], 0, "a datagram must be bytes"),
+    ],
+)
+def test_columns_refuse_bad_input_with_a_clear_error(datagrams, now_ms, match):
+    plan = sample_plan()
+    with pytest.raises(CipError, match=match):
+        plan.decode_columns(datagrams, now_ms)
+    # Nothing moved: the first real datagram still publishes every field.
+    assert len(plan.decode(frame(sample_data()), 0).updates) == 5
 
 
 @pytest.mark.parametrize(
@@ -256,17 +308,14 @@ def test_random_plans_agree_with_the_reference_bit_for_bit(spec, fmt, data):
     if not fields:
         return
     sample_ms = data.draw(st.integers(0, 5))
-    ours = InputPlan(
-        7,
-        size,
-        [
-            F(f.name, f.offset, f.type, f.bit, f.array_count, f.scale, f.value_offset,
-              f.deadband, f.deadband_value, "always" if f.always else "onChange")  # type: ignore[arg-type]
-            for f in fields
-        ],
-        real_time_format=fmt,
-        sample_ms=sample_ms,
-    )  # fmt: skip
+    plan_fields = [
+        F(f.name, f.offset, f.type, f.bit, f.array_count, f.scale, f.value_offset,
+          f.deadband, f.deadband_value, "always" if f.always else "onChange")  # type: ignore[arg-type]
+        for f in fields
+    ]  # fmt: skip
+    ours, twin_columns = (
+        InputPlan(7, size, plan_fields, real_time_format=fmt, sample_ms=sample_ms) for _ in range(2)
+    )
     twin = ref.RefInputPlan(fmt, size, sample_ms, fields)
     now = 0
     frames = []
@@ -275,7 +324,11 @@ def test_random_plans_agree_with_the_reference_bit_for_bit(spec, fmt, data):
         frames.append(frame(payload, fmt))
     times = [now + 3 * i for i in range(len(frames))]
     batch = ours.decode_batch(frames, times)
+    columns = twin_columns.decode_columns(frames, times)
     got = list(batch.rows())
+    packed = [(d, i, [struct.pack("<d", x) for x in v]) for d, i, v in got]
+    assert [(d, i, [struct.pack("<d", x) for x in v]) for d, i, v in columns.rows()] == packed
+    assert (columns.status == np.frombuffer(batch.status, np.uint8)).all()
     want = []
     for d, (f, t) in enumerate(zip(frames, times, strict=True)):
         reason, updates = twin.decode(f, t)

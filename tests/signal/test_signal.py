@@ -84,6 +84,57 @@ def test_large_batch_releases_the_gil_and_agrees_with_single_offers():
     ]
 
 
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64, np.uint32])
+def test_numpy_batches_run_in_chunks_and_equal_the_reference(index_dtype):
+    rng = np.random.default_rng(11)
+    n, signals = 40_000, 50  # past two chunks of 16,384 samples
+    idx = rng.integers(0, signals, n).astype(index_dtype)
+    raw = rng.normal(100, 3, n)
+    raw[::997] = np.nan
+    raw[5::1009] = np.inf
+    cfgs = [
+        RefConfig(
+            scale=None if i % 3 == 0 else 1.5,
+            offset=None if i % 4 else -2.0,
+            deadband=("none", "absolute", "percent")[i % 3],
+            value=[0.0, 2.0, 1.0][i % 3],
+            always=i % 7 == 0,
+        )
+        for i in range(signals)
+    ]
+    specs = [
+        GateSpec(c.scale, c.offset, c.deadband, c.value, "always" if c.always else "onChange")  # type: ignore[arg-type]
+        for c in cfgs
+    ]
+    ours, ref = SignalBank(specs), RefBank(cfgs)
+    batch = ours.offer_batch(idx, raw)
+    want = [ref.offer(int(i), float(v)) for i, v in zip(idx, raw, strict=True)]
+    assert list(batch.mask) == [ok for ok, _ in want]
+    assert [bits(v) for v in batch.values] == [bits(v) for _, v in want]
+    # A strided view takes the copying path and gives the same answer.
+    again = SignalBank(specs).offer_batch(np.repeat(idx, 2)[::2], np.repeat(raw, 2)[::2])
+    assert bytes(again.values.obj) == bytes(batch.values.obj)
+
+
+def test_batch_results_are_read_only_buffers_lent_without_a_copy():
+    batch = SignalBank([GateSpec()]).offer_batch(np.zeros(3, np.int32), np.arange(3.0))
+    view = memoryview(batch.values.obj)
+    assert view.readonly
+    assert view.nbytes == 24
+    assert len(batch.values.obj) == 24
+    with pytest.raises(ValueError, match="WRITEABLE"):
+        np.frombuffer(batch.values.obj, np.float64).setflags(write=True)
+
+
+def test_a_bad_index_in_a_late_chunk_changes_nothing():
+    bank = SignalBank([GateSpec(), GateSpec()])
+    idx = np.zeros(50_000, np.int64)
+    idx[-1] = 2
+    with pytest.raises(SignalError, match="signal index 2 out of range"):
+        bank.offer_batch(idx, np.ones(50_000))
+    assert bank.last(0) is None
+
+
 def test_a_bad_index_raises_and_changes_nothing():
     bank = SignalBank([GateSpec()])
     with pytest.raises(SignalError, match="out of range"):

@@ -1,6 +1,8 @@
 from collections.abc import Mapping, Sequence
 from typing import Any, final
 
+from unskit._core.signal import Buffer
+
 __all__ = [
     "BOOLS_PER_DWORD",
     "DROP_REASONS",
@@ -115,6 +117,13 @@ class InputPlan:
     def decode_batch(
         self, datagrams: Sequence[Any], now_ms: int | Sequence[int]
     ) -> tuple[bytes, bytes, bytes, bytes]: ...
+    @property
+    def elements(self) -> int: ...
+    @property
+    def starts(self) -> list[int]: ...
+    def decode_columns(
+        self, datagrams: Any, now_ms: int | Sequence[int]
+    ) -> tuple[Buffer, Buffer, Buffer]: ...
 
 @final
 class OutputPlan:

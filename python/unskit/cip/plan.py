@@ -14,10 +14,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from unskit._core import cip as _cip
 from unskit.cip.frames import RealTimeFormat
 
-__all__ = ["AssemblyField", "Decoded", "InputPlan", "OutputPlan", "PlanBatch"]
+__all__ = ["AssemblyField", "Decoded", "InputPlan", "OutputPlan", "PlanBatch", "PlanColumns"]
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,37 @@ class PlanBatch:
             at += n
 
 
+@dataclass(slots=True)
+class PlanColumns:
+    """`InputPlan.decode_columns` as NumPy arrays over the memory Rust filled (no copy, no
+    Python object per value; read-only). Each column is contiguous: ``values[:, j]`` and
+    ``published[:, f]`` are views of one run of memory each.
+
+    ``status[d]`` is 0 for a decoded datagram, else 1 + its reason's index in `REASONS`.
+    ``values[d, starts[f] : starts[f] + counts[f]]`` are field ``f``'s elements in
+    datagram ``d``, scaled, whether published or not (NaN when the datagram was dropped);
+    ``published[d, f]`` is True when field ``f`` is due for publication in datagram ``d``.
+    """
+
+    status: npt.NDArray[np.uint8]
+    values: npt.NDArray[np.float64]
+    published: npt.NDArray[np.bool_]
+    ids: Sequence[str]
+    counts: Sequence[int]
+    starts: Sequence[int]
+
+    def column(self, field: int | str) -> npt.NDArray[np.float64]:
+        """Field `field`'s (index or signal id) values per datagram: datagrams x elements."""
+        f = field if isinstance(field, int) else list(self.ids).index(field)
+        return self.values[:, self.starts[f] : self.starts[f] + self.counts[f]]
+
+    def rows(self) -> Iterator[tuple[int, str, list[float]]]:
+        """(datagram index, signal id, values) per published field, as `PlanBatch.rows`."""
+        for d, f in zip(*np.nonzero(self.published), strict=True):
+            start = self.starts[f]
+            yield int(d), self.ids[f], self.values[d, start : start + self.counts[f]].tolist()
+
+
 class InputPlan:
     """The T-to-O assembly of one connection: fields, gates and last publication times."""
 
@@ -126,6 +160,9 @@ class InputPlan:
         self.ids: list[str] = self._plan.ids
         self.names: list[str] = self._plan.names
         self.counts: list[int] = self._plan.counts
+        self.starts: list[int] = self._plan.starts
+        self._elements: int = self._plan.elements
+        self._fields = len(self.ids)
         self.size_bytes = size_bytes
 
     @classmethod
@@ -165,6 +202,22 @@ class InputPlan:
             memoryview(values).cast("d"),
             self.ids,
             self.counts,
+        )
+
+    def decode_columns(self, datagrams: Any, now_ms: int | Sequence[int]) -> PlanColumns:
+        """Many datagrams as columns for batch callers: `datagrams` is one bytes-like buffer
+        of whole datagrams back to back, or a sequence of datagrams (the GIL released from 64)."""
+        status, values, published = self._plan.decode_columns(datagrams, now_ms)
+        n = len(status)
+        frombuffer: Any = np.frombuffer  # numpy's stub lists buffer types, not the protocol
+        # Rust writes column after column; the transposed views index [datagram, column].
+        return PlanColumns(
+            frombuffer(status, np.uint8),
+            frombuffer(values, np.float64).reshape(self._elements, n).T,
+            frombuffer(published, np.bool_).reshape(self._fields, n).T,
+            self.ids,
+            self.counts,
+            self.starts,
         )
 
     def reset(self) -> None:

@@ -18,6 +18,37 @@ macro_rules! copy_as {
     }};
 }
 
+/// Items `range` of a C-contiguous buffer, appended to `out`. Called attached: the copy
+/// is what lets the core run detached over memory no one else can write.
+pub fn copy_items<T: pyo3::buffer::Element + Copy>(
+    buf: &pyo3::buffer::PyBuffer<T>,
+    range: std::ops::Range<usize>,
+    out: &mut Vec<T>,
+) -> PyResult<()> {
+    let all = buf
+        .as_slice_ptr()
+        .ok_or_else(|| signal_error("a buffer of samples must be C-contiguous"))?;
+    if range.start > range.end || range.end > all.len() {
+        return Err(signal_error(format!(
+            "items {range:?} outside a buffer of {}",
+            all.len()
+        )));
+    }
+    out.reserve(range.len());
+    let bytes = range.len() * std::mem::size_of::<T>();
+    // SAFETY: `range` lies inside the buffer's `all.len()` items (checked above); the
+    // exporter keeps that memory alive while `buf` is held. Bytes are copied, so neither
+    // side needs alignment and no reference to Python's memory is formed; `out` has room
+    // for `range.len()` more items, which the copy initialises before `set_len`.
+    unsafe {
+        let from = all.as_ptr().cast::<T>().add(range.start).cast::<u8>();
+        let to = out.as_mut_ptr().add(out.len()).cast::<u8>();
+        std::ptr::copy_nonoverlapping(from, to, bytes);
+        out.set_len(out.len() + range.len());
+    }
+    Ok(())
+}
+
 /// Buffers reused from one batch to the next: fresh multi-megabyte allocations cost more
 /// in page faults than the kernels themselves (`benches/bench_signal.py`).
 #[derive(Default)]
@@ -171,4 +202,94 @@ fn narrow<T: Copy + TryInto<u32> + std::fmt::Display>(
         );
     }
     Ok(out)
+}
+
+/// What a [`Buffer`] holds: the output columns of the batch kernels, moved, not copied.
+enum Storage {
+    U8(Vec<u8>),
+    F64(Vec<f64>),
+}
+
+/// Read-only bytes owned by Rust and lent through the buffer protocol: a batch's output
+/// columns reach `memoryview`/`numpy.frombuffer` without a copy (a `bytes` would copy them
+/// once more, and per-value Python objects cost far more).
+#[pyclass(module = "unskit._core.signal", frozen)]
+pub struct Buffer {
+    storage: Storage,
+}
+
+impl Buffer {
+    pub fn bytes(values: Vec<u8>) -> Self {
+        Buffer {
+            storage: Storage::U8(values),
+        }
+    }
+
+    pub fn f64s(values: Vec<f64>) -> Self {
+        Buffer {
+            storage: Storage::F64(values),
+        }
+    }
+
+    fn raw(&self) -> (*const u8, usize) {
+        match &self.storage {
+            Storage::U8(v) => (v.as_ptr(), v.len()),
+            Storage::F64(v) => (v.as_ptr().cast(), std::mem::size_of_val(v.as_slice())),
+        }
+    }
+}
+
+#[pymethods]
+impl Buffer {
+    /// Length in bytes.
+    fn __len__(&self) -> usize {
+        self.raw().1
+    }
+
+    /// # Safety
+    /// `view` comes from CPython's buffer protocol. The storage is never mutated or moved
+    /// after construction (the class is frozen) and lives as long as the view holds `obj`.
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut pyo3::ffi::Py_buffer,
+        flags: std::os::raw::c_int,
+    ) -> PyResult<()> {
+        use pyo3::exceptions::PyBufferError;
+        use pyo3::ffi;
+        if view.is_null() {
+            return Err(PyBufferError::new_err("no view to fill"));
+        }
+        if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
+            return Err(PyBufferError::new_err("the buffer is read-only"));
+        }
+        let (ptr, len) = slf.get().raw();
+        // SAFETY: `view` is non-null and CPython's to fill; every field is set below, and
+        // `obj` keeps this object (and so the storage behind `buf`) alive until release.
+        unsafe {
+            (*view).obj = slf.into_any().into_ptr();
+            (*view).buf = ptr as *mut std::os::raw::c_void;
+            (*view).len = len as isize;
+            (*view).readonly = 1;
+            (*view).itemsize = 1;
+            (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT {
+                c"B".as_ptr() as *mut std::os::raw::c_char
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).ndim = 1;
+            (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND {
+                &mut (*view).len
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
+                &mut (*view).itemsize
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).suboffsets = std::ptr::null_mut();
+            (*view).internal = std::ptr::null_mut();
+        }
+        Ok(())
+    }
 }

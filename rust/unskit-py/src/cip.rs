@@ -6,10 +6,11 @@ use std::borrow::Cow;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyMapping, PySequence};
 use unskit_core::cip::frame::{self, Parse, RealTimeFormat, Reason};
-use unskit_core::cip::plan::{self, Field, FieldSpec, OutValue, Scalar, Sink, Value};
+use unskit_core::cip::plan::{self, ColumnBatch, Field, FieldSpec, OutValue, Scalar, Sink, Value};
 use unskit_core::cip::types::{self, CipType};
 use unskit_core::signal::Deadband;
 
+use crate::buffers::Buffer;
 use crate::errors::{cip_error, to_py};
 use crate::gil::detached;
 use crate::signal::f64_bytes;
@@ -307,6 +308,26 @@ pub struct InputPlan {
     pub(crate) inner: plan::InputPlan,
 }
 
+/// Columns of a batch: status, values, published.
+type Columns3 = (Buffer, Buffer, Buffer);
+
+/// `now_ms` as one time per datagram: an int for all, or a sequence of `n` ints.
+fn times_of(now_ms: &Bound<'_, PyAny>, n: usize) -> PyResult<Vec<u64>> {
+    if now_ms.is_instance_of::<PyInt>() {
+        return Ok(vec![now_ms.extract::<u64>()?; n]);
+    }
+    let times: Vec<u64> = now_ms
+        .extract()
+        .map_err(|_| cip_error("now_ms must be an int or one int per datagram"))?;
+    if times.len() != n {
+        return Err(cip_error(format!(
+            "{} times for {n} datagrams",
+            times.len()
+        )));
+    }
+    Ok(times)
+}
+
 /// status, rows' datagram, rows' field, values.
 type BatchColumns<'py> = (
     Bound<'py, PyBytes>,
@@ -412,21 +433,7 @@ impl InputPlan {
             .iter()
             .map(bytes_of)
             .collect::<PyResult<Vec<Cow<'_, [u8]>>>>()?;
-        let times: Vec<u64> = if now_ms.is_instance_of::<PyInt>() {
-            vec![now_ms.extract::<u64>()?; frames.len()]
-        } else {
-            let times: Vec<u64> = now_ms
-                .extract()
-                .map_err(|_| cip_error("now_ms must be an int or one int per datagram"))?;
-            if times.len() != frames.len() {
-                return Err(cip_error(format!(
-                    "{} times for {} datagrams",
-                    times.len(),
-                    frames.len()
-                )));
-            }
-            times
-        };
+        let times = times_of(now_ms, frames.len())?;
         let plan = &mut self.inner;
         let big = frames.len() >= DETACHED_DATAGRAMS;
         let mut work = move || {
@@ -434,12 +441,8 @@ impl InputPlan {
             let mut columns = Columns::default();
             for (i, (frame, &now)) in frames.iter().zip(&times).enumerate() {
                 columns.datagram = i as u32;
-                status.push(match plan.decode(frame, now, &mut columns) {
-                    Ok(_) => 0u8,
-                    Err(reason) => {
-                        1 + Reason::ALL.iter().position(|r| *r == reason).unwrap_or(0) as u8
-                    }
-                });
+                let outcome = plan.decode(frame, now, &mut columns).map(|_| ());
+                status.push(plan::status_code(outcome));
             }
             (status, columns)
         };
@@ -457,6 +460,82 @@ impl InputPlan {
             u32_bytes(&columns.rows_datagram)?,
             u32_bytes(&columns.rows_field)?,
             f64_bytes(py, &columns.values)?,
+        ))
+    }
+
+    /// Elements of all fields: the width of a `decode_columns` row of values.
+    #[getter]
+    fn elements(&self) -> usize {
+        self.inner.elements()
+    }
+
+    /// Where each field's elements start in a `decode_columns` row of values.
+    #[getter]
+    fn starts(&self) -> Vec<usize> {
+        (0..self.inner.fields().len())
+            .map(|i| self.inner.first(i))
+            .collect()
+    }
+
+    /// Many datagrams as columns, for batch callers: `datagrams` is one bytes-like buffer
+    /// of whole datagrams of `datagram_bytes` each, or a sequence of datagrams. Returns
+    /// status (u8 per datagram), values (f64, datagrams x `elements`, every element scaled
+    /// whether published or not, NaN for a dropped datagram) and published (u8, datagrams
+    /// x fields) as bytes; the gates move exactly as with one `decode` per datagram.
+    fn decode_columns<'py>(
+        &mut self,
+        py: Python<'py>,
+        datagrams: &Bound<'py, PyAny>,
+        now_ms: &Bound<'py, PyAny>,
+    ) -> PyResult<Columns3> {
+        let whole = self.inner.format.datagram_bytes(self.inner.size);
+        let is_buffer = datagrams.cast::<PyBytes>().is_ok()
+            || pyo3::buffer::PyBuffer::<u8>::get(datagrams).is_ok();
+        let plan = &mut self.inner;
+        let out = if is_buffer {
+            let blob = bytes_of(datagrams)?;
+            if !blob.len().is_multiple_of(whole) {
+                return Err(cip_error(format!(
+                    "{} bytes are not whole datagrams of {whole} bytes",
+                    blob.len()
+                )));
+            }
+            let n = blob.len() / whole;
+            let times = times_of(now_ms, n)?;
+            let mut work = move || {
+                let mut out = ColumnBatch::default();
+                plan.decode_columns_contiguous(&blob, &times, &mut out);
+                out
+            };
+            if n >= DETACHED_DATAGRAMS {
+                detached(py, work)
+            } else {
+                work()
+            }
+        } else {
+            let seq = datagrams.cast::<PySequence>().map_err(|_| {
+                cip_error("datagrams must be a bytes-like buffer or a sequence of bytes")
+            })?;
+            let items: Vec<Bound<'py, PyAny>> = seq.try_iter()?.collect::<PyResult<_>>()?;
+            let owned: Vec<Cow<'_, [u8]>> = items.iter().map(bytes_of).collect::<PyResult<_>>()?;
+            let times = times_of(now_ms, owned.len())?;
+            let big = owned.len() >= DETACHED_DATAGRAMS;
+            let frames: Vec<&[u8]> = owned.iter().map(|f| &f[..]).collect();
+            let work = move || {
+                let mut out = ColumnBatch::default();
+                plan.decode_columns(frames.into_iter().zip(times), &mut out);
+                out
+            };
+            if big {
+                detached(py, work)
+            } else {
+                work()
+            }
+        };
+        Ok((
+            Buffer::bytes(out.status),
+            Buffer::f64s(out.values),
+            Buffer::bytes(out.published),
         ))
     }
 }

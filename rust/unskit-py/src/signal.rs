@@ -1,10 +1,11 @@
 //! Bindings of `unskit_core::signal`: `SignalBank` and `scale_values`.
 
+use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use unskit_core::signal::{self as core, Deadband, Scaling, SignalConfig};
 
-use crate::buffers::{batch_into, f64s, IndexKind, Scratch, KEEP_SAMPLES};
+use crate::buffers::{batch_into, copy_items, f64s, Buffer, IndexKind, Scratch};
 use crate::errors::to_py;
 use crate::gil::detached;
 
@@ -14,6 +15,7 @@ const DETACHED_SAMPLES: usize = 4096;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SignalBank>()?;
+    m.add_class::<Buffer>()?;
     m.add_function(wrap_pyfunction!(scale_values, m)?)?;
     Ok(())
 }
@@ -47,8 +49,87 @@ pub fn f64_bytes<'py>(py: Python<'py>, values: &[f64]) -> PyResult<Bound<'py, Py
 pub struct SignalBank {
     inner: core::SignalBank,
     scratch: Scratch,
-    passed: Vec<u8>,
-    scaled: Vec<f64>,
+}
+
+/// Samples per chunk of a chunked batch: indices and values of one chunk (12 bytes a
+/// sample) stay in L2 between the copy and the kernel.
+const CHUNK_SAMPLES: usize = 16 * 1024;
+
+impl SignalBank {
+    /// The chunked path for one-dimensional contiguous f64 values and u32/i32/i64
+    /// indices; None for any other input (the general path copies and converts it).
+    fn offer_chunked(
+        &mut self,
+        py: Python<'_>,
+        signal_indices: &Bound<'_, PyAny>,
+        values: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<(Buffer, Buffer)>> {
+        let Ok(values) = PyBuffer::<f64>::get(values) else {
+            return Ok(None);
+        };
+        macro_rules! try_index {
+            ($($t:ty),+) => {
+                $(
+                    if let Ok(indices) = PyBuffer::<$t>::get(signal_indices) {
+                        return chunked(&mut self.inner, py, &indices, &values);
+                    }
+                )+
+            };
+        }
+        try_index!(i32, i64, u32);
+        Ok(None)
+    }
+}
+
+fn chunked<I>(
+    bank: &mut core::SignalBank,
+    py: Python<'_>,
+    indices: &PyBuffer<I>,
+    values: &PyBuffer<f64>,
+) -> PyResult<Option<(Buffer, Buffer)>>
+where
+    I: pyo3::buffer::Element + core::SignalIndex + Send + Sync,
+{
+    let contiguous = |d: usize, c: bool| d <= 1 && c;
+    if !contiguous(indices.dimensions(), indices.is_c_contiguous())
+        || !contiguous(values.dimensions(), values.is_c_contiguous())
+    {
+        return Ok(None);
+    }
+    let n = values.item_count();
+    if indices.item_count() != n {
+        return Err(to_py(unskit_core::CoreError::InvalidSignal(format!(
+            "{} signal indices for {n} values",
+            indices.item_count()
+        ))));
+    }
+    let mut chunk_indices: Vec<I> = Vec::with_capacity(CHUNK_SAMPLES.min(n));
+    let mut chunk_values: Vec<f64> = Vec::with_capacity(CHUNK_SAMPLES.min(n));
+    let chunks = || {
+        (0..n)
+            .step_by(CHUNK_SAMPLES)
+            .map(|at| at..(at + CHUNK_SAMPLES).min(n))
+    };
+    // Every index is checked before any state changes (as `SignalBank::offer_batch`).
+    for range in chunks() {
+        chunk_indices.clear();
+        copy_items(indices, range, &mut chunk_indices)?;
+        bank.check_indices(&chunk_indices).map_err(to_py)?;
+    }
+    let (mut passed, mut scaled) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let detach = n >= DETACHED_SAMPLES;
+    for range in chunks() {
+        // Copied while attached: another thread may write the array between chunks, and
+        // the kernel then re-checks this chunk's indices rather than trusting the pass above.
+        chunk_indices.clear();
+        copy_items(indices, range.clone(), &mut chunk_indices)?;
+        chunk_values.clear();
+        copy_items(values, range, &mut chunk_values)?;
+        let (idx, raws, p, s) = (&chunk_indices, &chunk_values, &mut passed, &mut scaled);
+        let mut work = || bank.offer_batch_append(idx, raws, p, s);
+        if detach { detached(py, work) } else { work() }.map_err(to_py)?;
+    }
+    Ok(Some((Buffer::bytes(passed), Buffer::f64s(scaled))))
 }
 
 #[pymethods]
@@ -63,8 +144,6 @@ impl SignalBank {
         Ok(SignalBank {
             inner: core::SignalBank::new(configs),
             scratch: Scratch::default(),
-            passed: Vec::new(),
-            scaled: Vec::new(),
         })
     }
 
@@ -88,34 +167,39 @@ impl SignalBank {
         Ok((passed, scaled))
     }
 
-    /// Many samples in arrival order: (mask, scaled) as bytes, one 0/1 byte and one native
-    /// f64 per sample.
-    fn offer_batch<'py>(
+    /// Many samples in arrival order: (mask, scaled) as read-only buffers, one 0/1 byte
+    /// and one native f64 per sample, handed over without a copy.
+    fn offer_batch(
         &mut self,
-        py: Python<'py>,
-        signal_indices: &Bound<'py, PyAny>,
-        values: &Bound<'py, PyAny>,
-    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        py: Python<'_>,
+        signal_indices: &Bound<'_, PyAny>,
+        values: &Bound<'_, PyAny>,
+    ) -> PyResult<(Buffer, Buffer)> {
+        // Contiguous NumPy-style buffers are read chunk by chunk into cache-sized scratch
+        // (no whole copy of the input, no pass over memory the kernel must read again).
+        if let Some(out) = self.offer_chunked(py, signal_indices, values)? {
+            return Ok(out);
+        }
         let kind = batch_into(&mut self.scratch, signal_indices, values)?;
         let scratch = &self.scratch;
         let raws = &scratch.values;
         let detach = raws.len() >= DETACHED_SAMPLES;
-        let (passed, scaled) = (&mut self.passed, &mut self.scaled);
         let bank = &mut self.inner;
-        let mut work = move || match kind {
-            IndexKind::U32 => bank.offer_batch(&scratch.indices, raws, passed, scaled),
-            IndexKind::I32 => bank.offer_batch(&scratch.i32s, raws, passed, scaled),
-            IndexKind::I64 => bank.offer_batch(&scratch.i64s, raws, passed, scaled),
+        let mut work = move || {
+            let (mut passed, mut scaled) = (Vec::new(), Vec::new());
+            match kind {
+                IndexKind::U32 => {
+                    bank.offer_batch(&scratch.indices, raws, &mut passed, &mut scaled)
+                }
+                IndexKind::I32 => bank.offer_batch(&scratch.i32s, raws, &mut passed, &mut scaled),
+                IndexKind::I64 => bank.offer_batch(&scratch.i64s, raws, &mut passed, &mut scaled),
+            }
+            .map(|()| (passed, scaled))
         };
         let result = if detach { detached(py, work) } else { work() };
-        result.map_err(to_py)?;
-        let out = (PyBytes::new(py, &self.passed), f64_bytes(py, &self.scaled)?);
-        if self.scratch.values.capacity() > KEEP_SAMPLES {
-            self.scratch.trim();
-            self.passed = Vec::new();
-            self.scaled = Vec::new();
-        }
-        Ok(out)
+        self.scratch.trim();
+        let (passed, scaled) = result.map_err(to_py)?;
+        Ok((Buffer::bytes(passed), Buffer::f64s(scaled)))
     }
 
     /// The last published (scaled) value of signal `index`, None before the first.

@@ -6,7 +6,7 @@
 //! element passes, and then all its elements become the last published ones). An
 //! [`OutputPlan`] writes engineering values into an O-to-T assembly with range checks.
 
-use crate::cip::frame::{parse_datagram, Datagram, RealTimeFormat, Reason};
+use crate::cip::frame::{datagram_data, parse_datagram, Datagram, RealTimeFormat, Reason};
 use crate::cip::types::CipType;
 use crate::error::CoreError;
 use crate::signal::{Deadband, Scaling};
@@ -271,7 +271,53 @@ pub struct InputPlan {
     last: Vec<f64>,
     /// Last publication time per field; None before the first.
     published_ms: Vec<Option<u64>>,
+    /// Per element: the least |new - last| that publishes a finite value, worked out when
+    /// `last` is published (the deadband of [`Deadband::passes`] with its division done
+    /// once per publication instead of once per datagram; 0 for none and from a last 0).
+    cut: Vec<f64>,
     scratch: Vec<f64>,
+}
+
+/// A batch of `n` datagrams as columns ([`InputPlan::decode_columns`]): column `j` of
+/// `values` holds element `j` (of all fields' elements) of every datagram, scaled, gated or
+/// not (NaN for a dropped datagram); column `f` of `published` one 0/1 byte per datagram,
+/// 1 where field `f` is due for publication.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ColumnBatch {
+    /// Per datagram: 0 decoded, else 1 + the index of its [`Reason`] in [`Reason::ALL`].
+    pub status: Vec<u8>,
+    /// Elements x datagrams (column-major: `values[j * n + d]`); field `f` is columns
+    /// `first(f)..first(f) + count`.
+    pub values: Vec<f64>,
+    /// Fields x datagrams (column-major: `published[f * n + d]`).
+    pub published: Vec<u8>,
+}
+
+impl ColumnBatch {
+    pub fn clear(&mut self) {
+        self.status.clear();
+        self.values.clear();
+        self.published.clear();
+    }
+}
+
+/// The status byte of a batch row: 0 decoded, else 1 + the reason's index.
+pub fn status_code(outcome: Result<(), Reason>) -> u8 {
+    match outcome {
+        Ok(()) => 0,
+        Err(reason) => 1 + Reason::ALL.iter().position(|r| *r == reason).unwrap_or(0) as u8,
+    }
+}
+
+/// [`Deadband::passes`] with its threshold precomputed as `cut`: one comparison for every
+/// kind while both values are finite.
+#[inline(always)]
+fn passes_cut(cut: f64, last: f64, value: f64) -> bool {
+    if value.is_finite() && last.is_finite() {
+        (value - last).abs() >= cut && value != last
+    } else {
+        value != last && !(value.is_nan() && last.is_nan())
+    }
 }
 
 impl InputPlan {
@@ -308,6 +354,7 @@ impl InputPlan {
             published_ms: vec![None; fields.len()],
             fields,
             last: vec![0.0; elements],
+            cut: vec![0.0; elements],
             scratch: Vec::with_capacity(widest),
         })
     }
@@ -340,27 +387,364 @@ impl InputPlan {
         if data.len() != self.size {
             return;
         }
-        let sample_ms = self.sample_ms;
-        for (index, field) in self.fields.iter().enumerate() {
-            if let Some(at) = self.published_ms[index] {
-                if now_ms.saturating_sub(at) < sample_ms {
-                    continue;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        for index in 0..self.fields.len() {
+            let field = &self.fields[index];
+            scratch.clear();
+            scratch.extend((0..field.count).map(|k| field.scaling.apply(field.read_raw(data, k))));
+            if self.due(index, now_ms, &scratch) && sink.publish(index, &scratch) {
+                self.commit(index, now_ms, &scratch);
+            }
+        }
+        self.scratch = scratch;
+    }
+
+    /// Elements of all fields: the width of a [`ColumnBatch`] row of values.
+    pub fn elements(&self) -> usize {
+        self.last.len()
+    }
+
+    /// Where field `index`'s elements start in a row of values.
+    pub fn first(&self, index: usize) -> usize {
+        self.fields[index].first
+    }
+
+    /// Many whole datagrams with their times, in arrival order, as columns in `out`
+    /// (replacing what it held); the gates move exactly as with one
+    /// [`decode`](Self::decode) per datagram.
+    ///
+    /// The work runs one field at a time down the batch (a field's gate depends only on
+    /// its own history), so a field's type, offset and scaling are chosen once per batch,
+    /// and each column is written and read contiguously.
+    pub fn decode_columns<'a>(
+        &mut self,
+        datagrams: impl IntoIterator<Item = (&'a [u8], u64)>,
+        out: &mut ColumnBatch,
+    ) {
+        self.decode_columns_from(datagrams, None, out);
+    }
+
+    /// [`decode_columns`](Self::decode_columns) of `blob`, whole datagrams back to back
+    /// (a length that is not a multiple of one datagram leaves the rest as one more
+    /// datagram, which is then dropped); `times` has one time per datagram. Reading at a
+    /// fixed stride spares a pointer per value.
+    pub fn decode_columns_contiguous(&mut self, blob: &[u8], times: &[u64], out: &mut ColumnBatch) {
+        let whole = self.format.datagram_bytes(self.size);
+        let datagrams = blob.chunks(whole.max(1)).zip(times.iter().copied());
+        self.decode_columns_from(datagrams, Some(blob), out);
+    }
+
+    fn decode_columns_from<'a>(
+        &mut self,
+        datagrams: impl IntoIterator<Item = (&'a [u8], u64)>,
+        blob: Option<&[u8]>,
+        out: &mut ColumnBatch,
+    ) {
+        out.clear();
+        let datagrams = datagrams.into_iter();
+        let mut rows: Vec<Option<&'a [u8]>> = Vec::with_capacity(datagrams.size_hint().0);
+        let mut times: Vec<u64> = Vec::with_capacity(datagrams.size_hint().0);
+        for (datagram, now_ms) in datagrams {
+            let data = datagram_data(datagram, self.format, self.size);
+            out.status.push(match data {
+                Some(_) => 0,
+                None => status_code(parse_datagram(datagram, self.format, self.size).map(|_| ())),
+            });
+            rows.push(data);
+            times.push(now_ms);
+        }
+        let n = rows.len();
+        let every_row = rows.iter().all(Option::is_some);
+        let datas: Vec<&[u8]> = if every_row {
+            rows.iter().flatten().copied().collect()
+        } else {
+            Vec::new()
+        };
+        let (whole, start) = (
+            self.format.datagram_bytes(self.size),
+            18 + self.format.prefix_bytes(),
+        );
+        // Every datagram decoded from one buffer of n whole ones: read at a fixed stride.
+        let strided = blob.filter(|b| every_row && b.len() == n * whole);
+        out.values.reserve(n * self.elements());
+        out.published.resize(n * self.fields.len(), 0);
+        for index in 0..self.fields.len() {
+            let field = &self.fields[index];
+            let (offset, size, bit, first) =
+                (field.offset, field.ty.size(), field.bit, field.first);
+            // Each element's column in turn (fields and elements are in `first` order):
+            // read and scaled, NaN where the datagram was dropped.
+            for k in 0..field.count {
+                // Specialised for the usual batch (every datagram decoded) and scaling, so
+                // the loop is a load, a conversion and a store.
+                macro_rules! fill {
+                    ($read:expr) => {{
+                        let read = $read;
+                        let scaling = field.scaling;
+                        let (scale, shift) = scaling.factors();
+                        if !every_row {
+                            out.values.extend(rows.iter().map(|row| match row {
+                                Some(data) => scaling.apply(read(data)),
+                                None => f64::NAN,
+                            }))
+                        } else if let Some(blob) = strided {
+                            let datas = blob.chunks_exact(whole).map(|d| &d[start..]);
+                            if scaling.is_identity() {
+                                out.values.extend(datas.map(|data| read(data)))
+                            } else {
+                                out.values
+                                    .extend(datas.map(|data| read(data) * scale + shift))
+                            }
+                        } else if scaling.is_identity() {
+                            out.values.extend(datas.iter().map(|data| read(data)))
+                        } else {
+                            out.values
+                                .extend(datas.iter().map(|data| read(data) * scale + shift))
+                        }
+                    }};
+                }
+                macro_rules! typed {
+                    ($t:ty) => {
+                        fill!(|d: &[u8]| <$t>::from_le_bytes(bytes(d, offset + k * size)) as f64)
+                    };
+                }
+                match field.ty {
+                    CipType::Bool => match bit {
+                        Some(bit) => fill!(|d: &[u8]| f64::from(d[offset] >> bit & 1)),
+                        None if field.is_array => {
+                            fill!(|d: &[u8]| f64::from(d[offset + k / 8] >> (k % 8) & 1))
+                        }
+                        None => fill!(|d: &[u8]| f64::from(u8::from(d[offset] != 0))),
+                    },
+                    CipType::Sint => typed!(i8),
+                    CipType::Usint => typed!(u8),
+                    CipType::Int => typed!(i16),
+                    CipType::Uint => typed!(u16),
+                    CipType::Dint => typed!(i32),
+                    CipType::Udint => typed!(u32),
+                    CipType::Lint => typed!(i64),
+                    CipType::Ulint => typed!(u64),
+                    CipType::Real => typed!(f32),
+                    CipType::Lreal => typed!(f64),
                 }
             }
-            let first_time = self.published_ms[index].is_none();
-            let last = &mut self.last[field.first..field.first + field.count];
-            self.scratch.clear();
-            self.scratch
-                .extend((0..field.count).map(|k| field.scaling.apply(field.read_raw(data, k))));
-            let due = first_time
-                || field.always
-                || last
+            let values = &out.values[first * n..(first + field.count) * n];
+            let published = &mut out.published[index * n..(index + 1) * n];
+            if field.count > 1 && every_row && self.sample_ms == 0 {
+                self.gate_array_every_row(index, &times, values, published);
+            } else if field.count > 1 {
+                self.gate_array(index, &rows, &times, values, published);
+            } else if every_row && self.sample_ms == 0 {
+                self.gate_column_every_row(index, &times, values, published);
+            } else {
+                self.gate_column_rows(index, &rows, &times, values, published);
+            }
+        }
+    }
+
+    /// The gate when every datagram decoded and no sampleMs holds a field back (the usual
+    /// batch): after the first publication only the deadband decides, so a field without
+    /// one publishes where its value changes (a comparison of neighbours, which vectorises)
+    /// and a field with one runs a loop that keeps last and cut in registers.
+    fn gate_column_every_row(
+        &mut self,
+        index: usize,
+        times: &[u64],
+        column: &[f64],
+        published: &mut [u8],
+    ) {
+        let field = &self.fields[index];
+        let (always, deadband, first) = (field.always, field.deadband, field.first);
+        let (mut last, mut cut) = (self.last[first], self.cut[first]);
+        let mut newest: Option<usize> = None;
+        let mut start = 0;
+        if self.published_ms[index].is_none() {
+            let Some(&v) = column.first() else {
+                return;
+            };
+            (last, cut, newest, start) = (v, cut_of(deadband, v), Some(0), 1);
+            published[0] = 1;
+        }
+        let full = column;
+        let (column, flags) = (&column[start..], &mut published[start..]);
+        if always {
+            flags.fill(1);
+        } else if deadband == Deadband::None {
+            if let (Some(&v), Some(flag)) = (column.first(), flags.first_mut()) {
+                *flag = u8::from(changed(last, v));
+            }
+            for (flag, pair) in flags.iter_mut().skip(1).zip(column.windows(2)) {
+                *flag = u8::from(changed(pair[0], pair[1]));
+            }
+        } else {
+            for (flag, &v) in flags.iter_mut().zip(column) {
+                if passes_cut(cut, last, v) {
+                    (last, cut) = (v, cut_of(deadband, v));
+                    *flag = 1;
+                }
+            }
+        }
+        if let Some(d) = flags.iter().rposition(|&f| f == 1) {
+            newest = Some(start + d);
+        }
+        if let Some(d) = newest {
+            // `last` was kept by the deadband loop; elsewhere the newest published value.
+            if always || deadband == Deadband::None {
+                last = full[d];
+                cut = cut_of(deadband, last);
+            }
+            self.last[first] = last;
+            self.cut[first] = cut;
+            self.published_ms[index] = Some(times[d]);
+        }
+    }
+
+    /// The gate of a one-element field down its column, row by row.
+    fn gate_column_rows(
+        &mut self,
+        index: usize,
+        rows: &[Option<&[u8]>],
+        times: &[u64],
+        column: &[f64],
+        published: &mut [u8],
+    ) {
+        let field = &self.fields[index];
+        let (always, deadband, sample_ms) = (field.always, field.deadband, self.sample_ms);
+        let (mut last, mut cut) = (self.last[field.first], self.cut[field.first]);
+        let mut at = self.published_ms[index];
+        for (((row, &now_ms), &v), flag) in rows.iter().zip(times).zip(column).zip(published) {
+            if row.is_none() {
+                continue;
+            }
+            let due = match at {
+                None => true,
+                Some(t) if now_ms.saturating_sub(t) < sample_ms => false,
+                Some(_) => always || passes_cut(cut, last, v),
+            };
+            if due {
+                last = v;
+                fill_cuts(deadband, std::slice::from_mut(&mut cut), &[v]);
+                at = Some(now_ms);
+                *flag = 1;
+            }
+        }
+        self.last[field.first] = last;
+        self.cut[field.first] = cut;
+        self.published_ms[index] = at;
+    }
+
+    /// [`gate_array`](Self::gate_array) when every datagram decoded and no sampleMs holds
+    /// a field back, with last and cut read in place.
+    fn gate_array_every_row(
+        &mut self,
+        index: usize,
+        times: &[u64],
+        columns: &[f64],
+        published: &mut [u8],
+    ) {
+        let n = times.len();
+        let field = &self.fields[index];
+        let (first, count, always, deadband) =
+            (field.first, field.count, field.always, field.deadband);
+        let last = &mut self.last[first..first + count];
+        let cut = &mut self.cut[first..first + count];
+        let mut at = self.published_ms[index];
+        for (d, flag) in published.iter_mut().enumerate().take(n) {
+            let due = at.is_none()
+                || always
+                || (0..count).any(|k| passes_cut(cut[k], last[k], columns[k * n + d]));
+            if due {
+                for k in 0..count {
+                    let v = columns[k * n + d];
+                    (last[k], cut[k]) = (v, cut_of(deadband, v));
+                }
+                at = Some(times[d]);
+                *flag = 1;
+            }
+        }
+        self.published_ms[index] = at;
+    }
+
+    /// The gate of an array field: due when any element passes, then all are published.
+    fn gate_array(
+        &mut self,
+        index: usize,
+        rows: &[Option<&[u8]>],
+        times: &[u64],
+        columns: &[f64],
+        published: &mut [u8],
+    ) {
+        let n = rows.len();
+        let mut row = vec![0.0; self.fields[index].count];
+        for (d, (data, &now_ms)) in rows.iter().zip(times).enumerate() {
+            if data.is_none() {
+                continue;
+            }
+            for (k, v) in row.iter_mut().enumerate() {
+                *v = columns[k * n + d];
+            }
+            if self.due(index, now_ms, &row) {
+                self.commit(index, now_ms, &row);
+                published[d] = 1;
+            }
+        }
+    }
+
+    /// Whether field `index` publishes `values` now: `sample_ms` after its last
+    /// publication, then the first time, `always`, or any element past its deadband.
+    #[inline(always)]
+    fn due(&self, index: usize, now_ms: u64, values: &[f64]) -> bool {
+        let field = &self.fields[index];
+        match self.published_ms[index] {
+            None => true,
+            Some(at) if now_ms.saturating_sub(at) < self.sample_ms => false,
+            Some(_) if field.always => true,
+            Some(_) => {
+                let span = field.first..field.first + field.count;
+                self.last[span.clone()]
                     .iter()
-                    .zip(&self.scratch)
-                    .any(|(&l, &v)| field.deadband.passes(l, v));
-            if due && sink.publish(index, &self.scratch) {
-                last.copy_from_slice(&self.scratch);
-                self.published_ms[index] = Some(now_ms);
+                    .zip(&self.cut[span])
+                    .zip(values)
+                    .any(|((&last, &cut), &value)| passes_cut(cut, last, value))
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn commit(&mut self, index: usize, now_ms: u64, values: &[f64]) {
+        let field = &self.fields[index];
+        let span = field.first..field.first + field.count;
+        self.last[span.clone()].copy_from_slice(values);
+        fill_cuts(field.deadband, &mut self.cut[span], values);
+        self.published_ms[index] = Some(now_ms);
+    }
+}
+
+/// Whether `value` differs from `last` (NaN repeating is no change).
+#[inline(always)]
+fn changed(last: f64, value: f64) -> bool {
+    value != last && !(value.is_nan() && last.is_nan())
+}
+
+/// The cut of one element just published as `value` (see `InputPlan::cut`).
+#[inline(always)]
+fn cut_of(deadband: Deadband, value: f64) -> f64 {
+    match deadband {
+        Deadband::None => 0.0,
+        Deadband::Absolute(t) => t,
+        Deadband::Percent(p) => value.abs() * p / 100.0,
+    }
+}
+
+/// The cut of each element just published as `values` (see `InputPlan::cut`).
+#[inline(always)]
+fn fill_cuts(deadband: Deadband, cuts: &mut [f64], values: &[f64]) {
+    match deadband {
+        Deadband::None => cuts.fill(0.0),
+        Deadband::Absolute(t) => cuts.fill(t),
+        Deadband::Percent(p) => {
+            for (cut, &value) in cuts.iter_mut().zip(values) {
+                *cut = value.abs() * p / 100.0;
             }
         }
     }
@@ -779,7 +1163,148 @@ mod tests {
         assert_eq!(hb.format, RealTimeFormat::Heartbeat);
     }
 
+    fn gated_specs() -> Vec<FieldSpec> {
+        let mut bit = spec("bit", 0, CipType::Bool);
+        bit.bit = Some(1);
+        let mut int = spec("int", 2, CipType::Int);
+        int.scale = Some(0.5);
+        int.deadband = Deadband::Absolute(2.0);
+        let mut real = spec("real", 4, CipType::Real);
+        real.deadband = Deadband::Percent(10.0);
+        let mut arr = spec("arr", 8, CipType::Sint);
+        arr.array_count = Some(3);
+        arr.deadband = Deadband::Absolute(1.0);
+        arr.value_offset = Some(-1.0);
+        let mut always = spec("always", 11, CipType::Usint);
+        always.always = true;
+        vec![bit, int, real, arr, always, spec("last", 12, CipType::Dint)]
+    }
+
+    #[test]
+    fn columns_hold_every_element_and_flag_what_decode_publishes() {
+        let mut single = plan(5, &gated_specs());
+        let mut batch = plan(5, &gated_specs());
+        let mut data = [0u8; 16];
+        data[4..8].copy_from_slice(&f32::NAN.to_le_bytes());
+        let frames = [frame(&data), frame(&data[..15]), {
+            data[2] = 9;
+            data[8] = 0xFF;
+            frame(&data)
+        }];
+        let mut out = ColumnBatch::default();
+        batch.decode_columns(frames.iter().map(|f| (&f[..], 10)), &mut out);
+        assert_eq!(out.status, [0, 1 + 7, 0]); // wrong_size is the eighth reason
+        assert_eq!(batch.elements(), 8);
+        assert_eq!(batch.first(3), 3);
+        // The first datagram publishes every field; the dropped one nothing and NaNs; the
+        // third (sampleMs 5 not yet past) nothing, though its values are all there.
+        // Column-major: field f's flags are published[f * 3..][..3], element j's values
+        // values[j * 3..][..3].
+        assert_eq!(out.published, [[1u8, 0, 0]; 6].concat());
+        let at = |j: usize, d: usize| out.values[j * 3 + d];
+        assert!((0..8).all(|j| at(j, 1).is_nan()));
+        assert_eq!(at(1, 2), 4.5);
+        assert_eq!([at(3, 2), at(4, 2), at(5, 2)], [-2.0, -1.0, -1.0]);
+        let mut sink = Collect::default();
+        single.decode(&frames[0], 10, &mut sink).unwrap();
+        assert_eq!(sink.0.len(), 6);
+    }
+
+    fn check_columns(
+        sample_ms: u64,
+        payloads: &[Vec<u8>],
+        steps: &[u64],
+    ) -> Result<(), TestCaseError> {
+        let mut single = plan(sample_ms, &gated_specs());
+        let mut batch = plan(sample_ms, &gated_specs());
+        let frames: Vec<Vec<u8>> = payloads.iter().map(|p| frame(p)).collect();
+        let mut now = 0;
+        let times: Vec<u64> = steps
+            .iter()
+            .take(frames.len())
+            .map(|s| {
+                now += s;
+                now
+            })
+            .collect();
+        // Two batches: the second starts from the gates the first left.
+        let half = frames.len() / 2;
+        for (from, to) in [(0, half), (half, frames.len())] {
+            let mut out = ColumnBatch::default();
+            let pairs = frames[from..to].iter().map(|f| &f[..]);
+            batch.decode_columns(pairs.zip(times[from..to].iter().copied()), &mut out);
+            let (elements, fields, n) = (batch.elements(), batch.fields().len(), to - from);
+            for d in 0..n {
+                let mut sink = Collect::default();
+                let outcome = single
+                    .decode(&frames[from + d], times[from + d], &mut sink)
+                    .map(|_| ());
+                prop_assert_eq!(out.status[d], status_code(outcome));
+                let row: Vec<f64> = (0..elements).map(|j| out.values[j * n + d]).collect();
+                let published: Vec<usize> = (0..fields)
+                    .filter(|&i| out.published[i * n + d] == 1)
+                    .collect();
+                prop_assert_eq!(
+                    &published,
+                    &sink.0.iter().map(|(i, _)| *i).collect::<Vec<_>>()
+                );
+                for (i, values) in &sink.0 {
+                    let first = batch.first(*i);
+                    let got: Vec<u64> = row[first..first + values.len()]
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect();
+                    prop_assert_eq!(got, values.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn one_buffer_of_datagrams_decodes_as_the_slices_do() {
+        let payloads: Vec<Vec<u8>> = (0..50u8).map(|i| vec![i % 7; 16]).collect();
+        let frames: Vec<Vec<u8>> = payloads.iter().map(|p| frame(p)).collect();
+        let times: Vec<u64> = (0..50).collect();
+        let blob = frames.concat();
+        for sample_ms in [0, 3] {
+            let (mut a, mut b) = (
+                plan(sample_ms, &gated_specs()),
+                plan(sample_ms, &gated_specs()),
+            );
+            let (mut from_slices, mut from_blob) = (ColumnBatch::default(), ColumnBatch::default());
+            let slices = frames.iter().map(|f| &f[..]).zip(times.iter().copied());
+            a.decode_columns(slices, &mut from_slices);
+            b.decode_columns_contiguous(&blob, &times, &mut from_blob);
+            assert_eq!(from_blob, from_slices);
+        }
+        // A ragged tail is one more, dropped, datagram.
+        let mut p = plan(0, &gated_specs());
+        let mut out = ColumnBatch::default();
+        p.decode_columns_contiguous(&blob[..blob.len() - 3], &times, &mut out);
+        assert_eq!(out.status.len(), 50);
+        assert_eq!(out.status[49], status_code(Err(Reason::Truncated)));
+    }
+
     proptest! {
+        #[test]
+        fn columns_agree_with_one_decode_per_datagram(
+            payloads in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 15..17), 1..40),
+            steps in proptest::collection::vec(0u64..4, 40),
+            sample_ms in 0u64..3,
+        ) {
+            check_columns(sample_ms, &payloads, &steps)?;
+        }
+
+        #[test]
+        fn columns_agree_when_every_datagram_decodes_and_nothing_is_held_back(
+            payloads in proptest::collection::vec(proptest::collection::vec(
+                prop_oneof![3 => 0u8..3, 1 => any::<u8>()], 16), 1..40),
+        ) {
+            // Few distinct bytes: values repeat, so the gates both pass and hold.
+            check_columns(0, &payloads, &[1; 40])?;
+        }
+
         #[test]
         fn decode_never_panics(
             bytes in proptest::collection::vec(any::<u8>(), 0..120),

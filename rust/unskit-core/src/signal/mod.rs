@@ -101,6 +101,11 @@ impl Scaling {
         }
     }
 
+    /// Both scale and offset absent: the raw value itself.
+    pub fn is_identity(self) -> bool {
+        self.identity
+    }
+
     /// (scale, offset) with their defaults, 1 and 0.
     pub fn factors(self) -> (f64, f64) {
         (self.scale, self.offset)
@@ -125,80 +130,83 @@ pub struct SignalConfig {
     pub always: bool,
 }
 
-/// Hot state of one signal, 40 bytes so 1,000 signals stay in L1/L2.
+/// Hot state of one signal, one cache line (never two). The gate is written without a branch on its outcome: whether
+/// a sample publishes is as random as the signal, so a branch on it mispredicts often;
+/// selects do not.
 #[derive(Debug, Clone, Copy)]
+#[repr(align(64))]
 struct Slot {
     scale: f64,
+    /// The identity scaling is `raw * 1 + -0`, exact for every raw value (-0.0 included),
+    /// so no signal needs a branch on whether it scales.
     offset: f64,
     last: f64,
     /// The least |new - last| that publishes a finite sample, worked out when `last` is
-    /// published: the absolute threshold; |last| * value / 100 for percent (0 from a last
-    /// of 0: any change); 0 for none. The division then runs once per publication, not
-    /// once per sample, and stays bit for bit the documented expression.
+    /// published as `|last| * percent / 100 + absolute` (one of the two is 0): the
+    /// absolute threshold; the percent one, bit for bit the documented expression (0 from
+    /// a last of 0: any change); 0 for none. Used only while `last` is finite.
     cut: f64,
-    percent: bool,
+    percent: f64,
+    absolute: f64,
+    /// The next sample publishes whatever it is: no last value yet, or publishMode always.
+    force: bool,
     always: bool,
     has_last: bool,
-    identity: bool,
 }
 
 impl Slot {
-    fn new(c: SignalConfig) -> (Self, f64) {
-        let (percent, cut, param) = match c.deadband {
-            Deadband::None => (false, 0.0, 0.0),
-            Deadband::Absolute(t) => (false, t, t),
-            Deadband::Percent(p) => (true, 0.0, p),
+    fn new(c: SignalConfig) -> Self {
+        let (percent, absolute) = match c.deadband {
+            Deadband::None => (0.0, 0.0),
+            Deadband::Absolute(t) => (0.0, t),
+            Deadband::Percent(p) => (p, 0.0),
         };
-        let slot = Slot {
-            scale: c.scaling.scale,
-            offset: c.scaling.offset,
+        let (scale, offset) = if c.scaling.identity {
+            (1.0, -0.0)
+        } else {
+            (c.scaling.scale, c.scaling.offset)
+        };
+        Slot {
+            scale,
+            offset,
             last: 0.0,
-            cut,
+            cut: 0.0,
             percent,
+            absolute,
+            force: true,
             always: c.always,
             has_last: false,
-            identity: c.scaling.identity,
-        };
-        (slot, param)
+        }
     }
 
-    /// [`Deadband::passes`] after the first-sample and `always` rules. With `cut` the
-    /// finite case is one comparison for every kind: none has cut 0, so it is `value !=
-    /// last`; percent from a last of 0 likewise. Decides only; `commit` publishes.
+    /// [`Deadband::passes`] after the first-sample and `always` rules: with `cut` the
+    /// finite case is one comparison for every kind (none has cut 0, so it is `value !=
+    /// last`; percent from a last of 0 likewise). Decides only; `commit` publishes.
     #[inline(always)]
     fn gate(&self, raw: f64) -> (bool, f64) {
-        let value = if self.identity {
-            raw
-        } else {
-            raw * self.scale + self.offset
-        };
+        let value = raw * self.scale + self.offset;
         let last = self.last;
-        let ok = if !self.has_last || self.always {
-            true
-        } else if !value.is_finite() || !last.is_finite() {
-            value != last && !(value.is_nan() && last.is_nan())
-        } else {
-            (value - last).abs() >= self.cut && value != last
-        };
-        (ok, value)
+        let finite = value.is_finite() & last.is_finite();
+        let moved = (value - last).abs() >= self.cut;
+        let changed = (value != last) & !(value.is_nan() & last.is_nan());
+        (self.force | (changed & (!finite | moved)), value)
     }
 
-    /// Makes `value` the last published value (and works out the next percent cut).
+    /// Makes `value` the last published value when `ok`, without branching on `ok`.
     #[inline(always)]
-    fn commit(&mut self, value: f64, params: &[f64], index: usize) {
-        self.last = value;
-        self.has_last = true;
-        if self.percent {
-            self.cut = value.abs() * params[index] / 100.0;
-        }
+    fn commit(&mut self, ok: bool, value: f64) {
+        let cut = value.abs() * self.percent / 100.0 + self.absolute;
+        self.last = if ok { value } else { self.last };
+        self.cut = if ok { cut } else { self.cut };
+        self.has_last |= ok;
+        // A sample that did not publish was not forced, and one that did leaves `always`.
+        self.force = self.always;
     }
 
     #[inline(always)]
-    fn offer(&mut self, raw: f64, params: &[f64], index: usize) -> (bool, f64) {
+    fn offer(&mut self, raw: f64) -> (bool, f64) {
         let (ok, value) = self.gate(raw);
-        if ok {
-            self.commit(value, params, index);
-        }
+        self.commit(ok, value);
         (ok, value)
     }
 }
@@ -207,14 +215,13 @@ impl Slot {
 #[derive(Debug, Clone)]
 pub struct SignalBank {
     slots: Vec<Slot>,
-    /// Per signal: the percentage of a percent deadband (read only when one publishes).
-    params: Vec<f64>,
 }
 
 impl SignalBank {
     pub fn new(configs: impl IntoIterator<Item = SignalConfig>) -> Self {
-        let (slots, params) = configs.into_iter().map(Slot::new).unzip();
-        SignalBank { slots, params }
+        SignalBank {
+            slots: configs.into_iter().map(Slot::new).collect(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -236,6 +243,7 @@ impl SignalBank {
     pub fn reset(&mut self) {
         for slot in &mut self.slots {
             slot.has_last = false;
+            slot.force = true;
         }
     }
 
@@ -247,6 +255,7 @@ impl SignalBank {
             .get_mut(index)
             .ok_or_else(|| out_of_range(index, len))?;
         slot.has_last = false;
+        slot.force = true;
         Ok(())
     }
 
@@ -259,7 +268,7 @@ impl SignalBank {
             .slots
             .get_mut(index)
             .ok_or_else(|| out_of_range(index, len))?;
-        Ok(slot.offer(raw, &self.params, index))
+        Ok(slot.offer(raw))
     }
 
     /// One sample of an array signal whose elements occupy slots `start..start + n`: the
@@ -284,10 +293,8 @@ impl SignalBank {
             any |= ok;
             scaled.push(value);
         }
-        if any {
-            for (offset, &value) in scaled.iter().enumerate() {
-                self.slots[start + offset].commit(value, &self.params, start + offset);
-            }
+        for (slot, &value) in self.slots[start..end].iter_mut().zip(scaled.iter()) {
+            slot.commit(any, value);
         }
         Ok(any)
     }
@@ -302,6 +309,20 @@ impl SignalBank {
         passed: &mut Vec<u8>,
         scaled: &mut Vec<f64>,
     ) -> Result<(), CoreError> {
+        passed.clear();
+        scaled.clear();
+        self.offer_batch_append(indices, raws, passed, scaled)
+    }
+
+    /// [`offer_batch`](Self::offer_batch) appending to `passed` and `scaled`, so a caller
+    /// can feed a long batch in chunks that stay in cache.
+    pub fn offer_batch_append<I: SignalIndex>(
+        &mut self,
+        indices: &[I],
+        raws: &[f64],
+        passed: &mut Vec<u8>,
+        scaled: &mut Vec<f64>,
+    ) -> Result<(), CoreError> {
         if indices.len() != raws.len() {
             return Err(CoreError::InvalidSignal(format!(
                 "{} signal indices for {} values",
@@ -309,25 +330,28 @@ impl SignalBank {
                 raws.len()
             )));
         }
-        let len = self.slots.len();
-        if let Some(&bad) = indices.iter().find(|i| i.checked(len).is_none()) {
-            return Err(CoreError::InvalidSignal(format!(
-                "signal index {bad} out of range for a bank of {len} signals"
-            )));
-        }
-        passed.clear();
-        passed.resize(raws.len(), 0);
-        scaled.clear();
-        scaled.resize(raws.len(), 0.0);
-        let (slots, params) = (&mut self.slots[..], &self.params[..]);
-        for (((&i, &raw), p), s) in indices.iter().zip(raws).zip(passed.iter_mut()).zip(scaled) {
+        self.check_indices(indices)?;
+        passed.reserve(raws.len());
+        scaled.reserve(raws.len());
+        let slots = &mut self.slots[..];
+        for (&i, &raw) in indices.iter().zip(raws) {
             // Every index was checked above; the remaining bounds check is predictable.
-            let i = i.unchecked();
-            let (ok, value) = slots[i].offer(raw, params, i);
-            *p = ok as u8;
-            *s = value;
+            let (ok, value) = slots[i.unchecked()].offer(raw);
+            passed.push(ok as u8);
+            scaled.push(value);
         }
         Ok(())
+    }
+
+    /// An error naming the first index that addresses no signal of this bank.
+    pub fn check_indices<I: SignalIndex>(&self, indices: &[I]) -> Result<(), CoreError> {
+        let len = self.slots.len();
+        match indices.iter().find(|i| i.checked(len).is_none()) {
+            Some(bad) => Err(CoreError::InvalidSignal(format!(
+                "signal index {bad} out of range for a bank of {len} signals"
+            ))),
+            None => Ok(()),
+        }
     }
 }
 
@@ -368,6 +392,7 @@ fn out_of_range(index: usize, len: usize) -> CoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn bank(deadband: Deadband) -> SignalBank {
         SignalBank::new([SignalConfig {
@@ -493,6 +518,89 @@ mod tests {
         assert_eq!(s, [1.0, 1.0, 3.0]);
         b.reset();
         assert_eq!(b.offer(0, 3.0).unwrap(), (true, 3.0));
+    }
+
+    #[test]
+    fn identity_keeps_negative_zero_and_reset_publishes_again() {
+        let mut b = bank(Deadband::Absolute(1.0));
+        let (ok, v) = b.offer(0, -0.0).unwrap();
+        assert!(ok && v.to_bits() == (-0.0f64).to_bits());
+        assert_eq!(b.offer(0, 0.5).unwrap(), (false, 0.5));
+        b.reset_one(0).unwrap();
+        assert_eq!(b.offer(0, 0.5).unwrap(), (true, 0.5));
+    }
+
+    /// The straightforward gate the branch-free kernel must equal: scale, then first
+    /// sample / always / [`Deadband::passes`] against the last published value.
+    fn model(configs: &[SignalConfig], samples: &[(usize, f64)]) -> Vec<(bool, u64)> {
+        let mut last: Vec<Option<f64>> = vec![None; configs.len()];
+        samples
+            .iter()
+            .map(|&(i, raw)| {
+                let c = configs[i];
+                let v = c.scaling.apply(raw);
+                let ok = match last[i] {
+                    None => true,
+                    Some(_) if c.always => true,
+                    Some(l) => c.deadband.passes(l, v),
+                };
+                if ok {
+                    last[i] = Some(v);
+                }
+                (ok, v.to_bits())
+            })
+            .collect()
+    }
+
+    fn value() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            4 => -1e3f64..1e3,
+            1 => Just(0.0),
+            1 => Just(-0.0),
+            1 => Just(f64::NAN),
+            1 => Just(f64::INFINITY),
+            1 => Just(f64::NEG_INFINITY),
+            1 => any::<f64>(),
+        ]
+    }
+
+    fn config() -> impl Strategy<Value = SignalConfig> {
+        (
+            proptest::option::of(-10.0f64..10.0),
+            proptest::option::of(-10.0f64..10.0),
+            0..3u8,
+            0.0f64..50.0,
+            any::<bool>(),
+        )
+            .prop_map(|(scale, offset, kind, t, always)| SignalConfig {
+                scaling: Scaling::new(scale, offset).unwrap(),
+                deadband: match kind {
+                    0 => Deadband::None,
+                    1 => Deadband::Absolute(t),
+                    _ => Deadband::Percent(t),
+                },
+                always,
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn batch_equals_the_plain_gate_bit_for_bit(
+            configs in proptest::collection::vec(config(), 1..6),
+            samples in proptest::collection::vec((0usize..6, value()), 0..200),
+        ) {
+            let samples: Vec<(usize, f64)> =
+                samples.into_iter().map(|(i, v)| (i % configs.len(), v)).collect();
+            let want = model(&configs, &samples);
+            let mut b = SignalBank::new(configs.iter().copied());
+            let (idx, raws): (Vec<u32>, Vec<f64>) =
+                samples.iter().map(|&(i, v)| (i as u32, v)).unzip();
+            let (mut p, mut s) = (Vec::new(), Vec::new());
+            b.offer_batch(&idx, &raws, &mut p, &mut s).unwrap();
+            let got: Vec<(bool, u64)> =
+                p.iter().zip(&s).map(|(&p, v)| (p == 1, v.to_bits())).collect();
+            prop_assert_eq!(got, want);
+        }
     }
 
     #[test]
