@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
+from tests.support.servers import wait_until
 from unskit.commands import (
     CURSOR,
     ID,
@@ -27,7 +34,12 @@ from unskit.commands import (
     Verb,
     single_instance,
 )
-from unskit.commands.idempotency import ClaimKind, IdempotencyKey, arguments_hash
+from unskit.commands.idempotency import (
+    CHECKPOINT_EVERY_COMMITS,
+    ClaimKind,
+    IdempotencyKey,
+    arguments_hash,
+)
 from unskit.commands.paging import CursorBook
 from unskit.commands.verbs import Kind, RequestIdRule
 from unskit.errors import CommandError
@@ -222,6 +234,89 @@ def test_the_store_is_safe_across_threads(tmp_path) -> None:
     for thread in threads:
         thread.join(10)
     assert sorted(kind.value for kind in kinds) == ["in-flight"] * 7 + ["new"]
+
+
+def _in_database_file(path: Path) -> int:
+    """Records the database file holds without its WAL (a copy of the file alone is read)."""
+    alone = path.with_name("alone.sqlite3")
+    shutil.copyfile(path, alone)
+    try:
+        with contextlib.closing(sqlite3.connect(alone)) as db:
+            return int(db.execute("SELECT count(*) FROM idempotency").fetchone()[0])
+    except sqlite3.OperationalError:  # not even the table: everything is in the WAL
+        return 0
+    finally:
+        alone.unlink()
+
+
+def test_checkpoints_run_off_the_request_path(tmp_path) -> None:
+    path = tmp_path / "idem.sqlite3"
+    store = IdempotencyStore(path)
+    # SQLite's automatic checkpoint (and its fsyncs) never runs inside a request's commit.
+    assert store._db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    for i in range(CHECKPOINT_EVERY_COMMITS // 2 - 1):
+        key = IdempotencyKey("c", "", f"r{i}")
+        store.claim(key, "h")
+        store.complete(key, {"i": i})
+    assert store.checkpoints == 0
+    assert _in_database_file(path) == 0  # all of it in the WAL so far
+    key = IdempotencyKey("c", "", "last")
+    store.claim(key, "h")
+    store.complete(key, {"i": "last"})  # the commit that makes a checkpoint due
+    wait_until(lambda: store.checkpoints == 1, 10, "the checkpointer to fold the WAL back")
+    assert _in_database_file(path) == CHECKPOINT_EVERY_COMMITS // 2
+    assert store.claim(key, "h").kind is ClaimKind.REPLAY
+    checkpointer = store._checkpointer
+    store.close()
+    assert not checkpointer.is_alive()
+
+
+_KILLED_WRITER = """
+import sys
+from unskit.commands import idempotency
+from unskit.commands.idempotency import IdempotencyKey, IdempotencyStore
+idempotency.CHECKPOINT_IDLE_SECS = 3600  # and fewer commits than make one due: all in the WAL
+store = IdempotencyStore(sys.argv[1])
+for i in range(200):
+    key = IdempotencyKey("c", "", f"r{i}")
+    store.claim(key, "h")
+    store.complete(key, {"i": i})
+store.claim(IdempotencyKey("c", "", "pending"), "h")
+print("written", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.integration
+def test_records_only_in_the_wal_survive_sigkill(tmp_path) -> None:
+    path = tmp_path / "idem.sqlite3"
+    child = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_WRITER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == b"written\n"
+        assert _in_database_file(path) == 0  # nothing was checkpointed before the kill
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(10) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+        for pipe in (child.stdin, child.stdout):
+            if pipe is not None:
+                pipe.close()
+    store = IdempotencyStore(path)
+    try:
+        replay = store.claim(IdempotencyKey("c", "", "r199"), "h")
+        assert replay.kind is ClaimKind.REPLAY
+        assert replay.outcome == {"i": 199}
+        assert store.claim(IdempotencyKey("c", "", "pending"), "h").kind is ClaimKind.UNKNOWN
+        assert store.count() == 201
+    finally:
+        store.close()
 
 
 # -- the commands section of the configuration ----------------------------------------------------

@@ -212,9 +212,11 @@ def test_straggler_after_cancel_is_dropped(broker, make_client, topic_root):
     client.cancel_request(future)  # idempotent
     assert future.cancelled()
     other.reply(request, reading("late"))
-    # The reply subscription is gone, so nothing arrives; a straggler that does is dropped.
+    # The chosen topic's UNSUBSCRIBE may wait for its batch, so the real late reply may
+    # still arrive (or not): either way it is dropped and counted, as is one injected here.
     client._local.on_message(future.reply_topic, reading("late").to_bytes())
-    assert client.stats().stragglers == 1
+    assert 1 <= client.stats().stragglers <= 2
+    assert future.cancelled()
     assert client.pending_requests() == 0
 
 

@@ -6,6 +6,7 @@ Unit tests over a socketpair: paho reads and writes it as it would a broker's TC
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import socket
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from unskit.messaging.paho_adapter import (
 
 PINGRESP = b"\xd0\x00"
 # The adapter's own state on the client: it must not shadow anything of paho's.
-ADAPTER_ATTRIBUTES = ("_read_sock", "_read_buffer", "_read_pos")
+ADAPTER_ATTRIBUTES = ("_read_sock", "_read_buffer", "_read_pos", "_write_lock")
 PACKAGE = Path(unskit.__file__).parent
 
 
@@ -134,6 +135,101 @@ def test_private_out_messages__holds_qos1_publishes_until_their_puback(wired):
     broker.sendall(bytes([0x40, 2, info.mid >> 8, info.mid & 0xFF]))  # its PUBACK
     assert client.loop_read() == MQTTErrorCode.MQTT_ERR_SUCCESS
     assert unacknowledged(client) == 0
+
+
+@pytest.fixture
+def plain() -> Iterator[tuple[BufferedClient, socket.socket, socket.socket]]:
+    """A BufferedClient on a real socket (one end of a socketpair) with paho's wake-up pair:
+    the test holds the broker's end and the network loop's end of the wake-up pair."""
+    ours, broker = socket.socketpair()
+    wake_r, wake_w = socket.socketpair()
+    for sock in (ours, broker, wake_r):
+        sock.setblocking(False)
+    client = BufferedClient(CallbackAPIVersion.VERSION2, client_id="adapter-write-test")
+    client._sock, client._sockpairW = ours, wake_w
+    try:
+        yield client, broker, wake_r
+    finally:
+        for sock in (ours, broker, wake_r, wake_w):
+            sock.close()
+
+
+def _woken(wake_r: socket.socket) -> bool:
+    try:
+        return bool(wake_r.recv(16))
+    except BlockingIOError:
+        return False
+
+
+def test_private_packet_queue__a_publish_is_written_by_the_publishing_thread(plain):
+    theirs = inspect.signature(paho.Client._packet_queue).parameters
+    assert list(theirs) == list(inspect.signature(BufferedClient._packet_queue).parameters)
+    assert list(theirs) == ["self", "command", "packet", "mid", "qos", "info"]
+    client, broker, wake_r = plain
+    info = client.publish("t/direct", b"payload", 1)
+    packet = broker.recv(64)
+    assert packet[0] >> 4 == 3
+    assert b"t/direct" in packet
+    assert packet.endswith(b"payload")
+    assert not client.want_write()
+    assert not _woken(wake_r)  # written here: the network loop was not woken for it
+    assert unacknowledged(client) == 1
+    assert info.mid > 0
+
+
+def test_private_out_packet__holds_what_a_full_socket_left_for_the_network_thread(plain):
+    assert "self._out_packet.append(" in inspect.getsource(paho.Client._packet_queue)
+    client, broker, wake_r = plain
+    # Fill the socket: the rest of a publish waits in the queue and the loop is woken.
+    client._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    payload = b"x" * (4 << 20)
+    client.publish("t/big", payload, 0)
+    assert client.want_write()
+    assert len(client._out_packet) == 1
+    assert _woken(wake_r)
+    received = bytearray()
+    while client.want_write() or len(received) < len(payload):
+        client.loop_write()
+        with contextlib.suppress(BlockingIOError):
+            received += broker.recv(1 << 20)
+    assert received.endswith(payload)
+
+
+def test_private_packet_write__writes_the_queue_in_order(plain):
+    assert list(inspect.signature(paho.Client._packet_write).parameters) == ["self"]
+    client, broker, _wake_r = plain
+    client._out_packet.append(
+        {
+            "command": 0xC0,
+            "mid": 0,
+            "qos": 0,
+            "pos": 0,
+            "to_process": 2,
+            "packet": b"\xc0\x00",
+            "info": None,
+        }
+    )
+    client.publish("t/after", b"2", 1)  # behind the PINGREQ, never before it
+    data = broker.recv(64)
+    assert data[:2] == b"\xc0\x00"
+    assert data[2] >> 4 == 3
+    assert client._packet_write() == MQTTErrorCode.MQTT_ERR_SUCCESS  # nothing left
+
+
+def test_private_sockpairW__wakes_the_network_loop_when_paho_writes(plain):  # noqa: N802
+    client, _broker, wake_r = plain
+    client.on_publish = lambda *_: None  # acknowledgements stay on the network thread
+    client.publish("t/queued", b"1", 1)
+    assert _woken(wake_r)
+    assert "self._sockpairW.send(" in inspect.getsource(paho.Client._packet_queue)
+
+
+def test_a_tls_or_unknown_socket_is_written_by_the_network_thread_only(wired):
+    client, _recording, _broker = wired  # not a plain socket: paho's own queueing
+    assert type(client._sock) is not socket.socket
+    client._thread = object()  # as under loop_start: paho leaves the write to its loop
+    client.publish("t/x", b"1", 1)
+    assert client.want_write()
 
 
 def _reconnect_dials_the_retargeted_address() -> None:

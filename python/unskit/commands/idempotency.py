@@ -39,6 +39,11 @@ CREATE INDEX IF NOT EXISTS idempotency_age ON idempotency (updated_ms);
 
 # Pruning runs at open and then after this many new records, so it costs nothing per request.
 _PRUNE_EVERY = 1000
+# The checkpointer folds the WAL back into the database after this many commits (a claim and
+# its outcome are two; SQLite's own automatic checkpoint comes at about 1000 pages, some 250
+# requests), or after this many idle seconds when any commit waits.
+CHECKPOINT_EVERY_COMMITS = 500
+CHECKPOINT_IDLE_SECS = 30.0
 
 
 def arguments_hash(namespace: str, arguments: Mapping[str, Any]) -> str:
@@ -98,29 +103,50 @@ class IdempotencyStore:
         self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         # NORMAL survives a killed process (the WAL is in the OS); FULL also a power cut.
-        self._db.execute(f"PRAGMA synchronous={'FULL' if synchronous_full else 'NORMAL'}")
+        self._synchronous = "FULL" if synchronous_full else "NORMAL"
+        self._db.execute(f"PRAGMA synchronous={self._synchronous}")
         self._db.executescript(_SCHEMA)
+        # Checkpoints (the fsyncs of NORMAL) run on their own thread and connection, never
+        # inside a request's commit: there they held the store's lock for milliseconds, every
+        # few hundred requests (docs/decisions.md, "Idempotency checkpoints off the request
+        # path"). Each commit still reaches the WAL before claim/complete return, as before.
+        self._db.execute("PRAGMA wal_autocheckpoint=0")
+        self._commits = 0
+        #: Checkpoints the checkpointer ran.
+        self.checkpoints = 0
+        self._checkpoint_due = threading.Event()
+        self._closing = False
+        self._checkpointer = threading.Thread(
+            target=self._checkpoint_loop, name="unskit-idempotency-checkpoint", daemon=True
+        )
+        self._checkpointer.start()
         self.prune()
 
     def claim(self, key: IdempotencyKey, args_hash: str) -> Claim:
         """Looks the key up; a NEW claim is committed as pending before it is returned."""
         now = _now_ms()
         with self._lock:
-            row = self._db.execute(
-                "SELECT args_hash, boot_id, state, outcome FROM idempotency "
-                "WHERE component = ? AND scope = ? AND request_id = ?",
-                (key.component, key.scope, key.request_id),
-            ).fetchone()
-            if row is None:
-                self._db.execute(
-                    "INSERT INTO idempotency VALUES (?, ?, ?, ?, ?, 'pending', NULL, ?, ?)",
+            while True:
+                # One statement for a new key (the common case): each statement gives up the
+                # GIL and must win it back while every other inbox worker waits for this lock.
+                inserted = self._db.execute(
+                    "INSERT INTO idempotency VALUES (?, ?, ?, ?, ?, 'pending', NULL, ?, ?) "
+                    "ON CONFLICT DO NOTHING",
                     (key.component, key.scope, key.request_id, args_hash, self.boot_id, now, now),
-                )
-                self._waiters[key] = Future()
-                self._since_prune += 1
-                prune = self._since_prune >= _PRUNE_EVERY
-            else:
-                return self._existing(key, args_hash, row)
+                ).rowcount
+                if inserted:
+                    break
+                row = self._db.execute(
+                    "SELECT args_hash, boot_id, state, outcome FROM idempotency "
+                    "WHERE component = ? AND scope = ? AND request_id = ?",
+                    (key.component, key.scope, key.request_id),
+                ).fetchone()
+                if row is not None:  # else pruned in between by another process: insert again
+                    return self._existing(key, args_hash, row)
+            self._committed()
+            self._waiters[key] = Future()
+            self._since_prune += 1
+            prune = self._since_prune >= _PRUNE_EVERY
         if prune:
             self.prune()
         return Claim(ClaimKind.NEW)
@@ -144,6 +170,7 @@ class IdempotencyStore:
                 "WHERE component = ? AND scope = ? AND request_id = ?",
                 (json.dumps(outcome), _now_ms(), key.component, key.scope, key.request_id),
             )
+            self._committed()
             waiter = self._waiters.pop(key, None)
         if waiter is not None:
             waiter.set_result(outcome)
@@ -157,9 +184,40 @@ class IdempotencyStore:
                 "AND state = 'pending'",
                 (key.component, key.scope, key.request_id),
             )
+            self._committed()
             waiter = self._waiters.pop(key, None)
         if waiter is not None:
             waiter.set_result(outcome)
+
+    def _committed(self) -> None:
+        # Called with the lock held.
+        self._commits += 1
+        if self._commits >= CHECKPOINT_EVERY_COMMITS:
+            self._commits = 0
+            self._checkpoint_due.set()
+
+    def _checkpoint_loop(self) -> None:
+        db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+        try:
+            db.execute(f"PRAGMA synchronous={self._synchronous}")
+            while True:
+                due = self._checkpoint_due.wait(CHECKPOINT_IDLE_SECS)
+                self._checkpoint_due.clear()
+                if self._closing:
+                    return
+                if not due:
+                    with self._lock:
+                        idle_commits, self._commits = self._commits, 0
+                    if not idle_commits:
+                        continue
+                try:
+                    # PASSIVE: never waits for, nor blocks, the request path's writes.
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    self.checkpoints += 1
+                except sqlite3.Error as error:
+                    _log.warning("idempotency: checkpoint of %s failed: %s", self.path, error)
+        finally:
+            db.close()
 
     def prune(self) -> int:
         """Deletes records older than the retention, then the oldest beyond max_records."""
@@ -188,6 +246,10 @@ class IdempotencyStore:
             return int(self._db.execute("SELECT count(*) FROM idempotency").fetchone()[0])
 
     def close(self) -> None:
+        """Stops the checkpointer and closes the database (which checkpoints what is left)."""
+        self._closing = True
+        self._checkpoint_due.set()
+        self._checkpointer.join(10)
         with self._lock:
             self._db.close()
 

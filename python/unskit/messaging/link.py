@@ -348,11 +348,13 @@ class Link:
             if chosen is not None:
                 self.replies.adopt(chosen)
             if deadline:
-                expired = RequestTimeoutError(
-                    f"no reply on {reply_topic!r} to the request on {topic!r} within {deadline} s"
-                )
 
                 def expire() -> None:
+                    # Built only when it fires: most requests are answered.
+                    expired = RequestTimeoutError(
+                        f"no reply on {reply_topic!r} to the request on {topic!r} "
+                        f"within {deadline} s"
+                    )
                     self.settle(future, error=expired)
 
                 handle = self._timer.call_later(deadline, expire)

@@ -1,5 +1,5 @@
-"""paho-mqtt's internals, in one place: buffered reads, the count of unacknowledged publishes,
-and the address the next reconnect dials.
+"""paho-mqtt's internals, in one place: buffered reads, writes from the publishing thread, the
+count of unacknowledged publishes, and the address the next reconnect dials.
 
 The transport (`messaging/mqtt.py`) uses paho's public API plus this module's surface
 (`BufferedClient`, `unacknowledged`, `retarget`). Every private paho name unskit touches is in
@@ -9,6 +9,11 @@ so a release that moves one fails there rather than misbehaving in the field.
 """
 
 from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from typing import Any
 
 import paho.mqtt.client as paho
 from paho.mqtt.enums import MQTTErrorCode
@@ -27,6 +32,10 @@ PAHO_PRIVATE_NAMES = (
     "_sock",
     "_sock_recv",
     "_packet_read",
+    "_packet_write",
+    "_packet_queue",
+    "_out_packet",
+    "_sockpairW",
     "_loop_rc_handle",
     "_out_messages",
     "_host",
@@ -50,6 +59,60 @@ class BufferedClient(paho.Client):
     _read_sock: object = None
     _read_buffer: bytes = b""
     _read_pos = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # paho's packet writer is not safe in two threads at once (a packet cut short by a
+        # full socket goes back to the head of the queue): every write holds this lock.
+        self._write_lock = threading.RLock()
+
+    def loop_write(self) -> MQTTErrorCode:
+        with self._write_lock:
+            return super().loop_write()
+
+    def _packet_queue(
+        self,
+        command: int,
+        packet: bytes | bytearray,
+        mid: int,
+        qos: int,
+        info: paho.MQTTMessageInfo | None = None,
+    ) -> MQTTErrorCode:
+        # A packet is written by the thread that queues it, rather than by the network
+        # thread once paho's wake-up byte gets it out of select(): on a loaded machine that
+        # hand-off was one of the request/reply tail's (docs/decisions.md, "Writes from the
+        # publishing thread"). Only on a plain TCP socket (an SSL object must not read and
+        # write in two threads at once), without an on_publish callback (it stays on the
+        # network thread), and never waiting for the lock (its holder writes the queue).
+        sock = self._sock
+        if (
+            type(sock) is not socket.socket
+            or self.on_publish is not None
+            or not self._write_lock.acquire(blocking=False)
+        ):
+            return super()._packet_queue(command, packet, mid, qos, info)
+        try:
+            self._out_packet.append(
+                {
+                    "command": command,
+                    "mid": mid,
+                    "qos": qos,
+                    "pos": 0,
+                    "to_process": len(packet),
+                    "packet": packet,
+                    "info": info,
+                }
+            )
+            # Errors (a lost link) and what a full socket leaves stay for the network thread.
+            self._packet_write()
+            left = bool(self._out_packet)
+        finally:
+            self._write_lock.release()
+        wake = self._sockpairW
+        if left and wake is not None:
+            with contextlib.suppress(BlockingIOError):
+                wake.send(b"0")
+        return MQTTErrorCode.MQTT_ERR_SUCCESS
 
     def _sock_recv(self, bufsize: int) -> bytes:
         sock = self._sock

@@ -114,9 +114,12 @@ class DeadlineTimer:
         self, name: str = "unskit-deadlines", clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._clock = clock
-        self._heap: list[tuple[float, int, Callable[[], None]]] = []
-        # Handles still due; a cancelled entry stays in the heap until popped or compacted.
-        self._live: set[int] = set()
+        self._heap: list[tuple[float, int]] = []
+        # The callbacks still due, by handle. A cancelled handle stays in the heap until
+        # popped or compacted, but its callback (and the request it holds) goes at once:
+        # kept until compaction, they outlived the young GC generation and made every
+        # older-generation collection, a request/reply tail pause, longer and more frequent.
+        self._live: dict[int, Callable[[], None]] = {}
         self._seq = itertools.count()
         self._wake = threading.Condition()
         self._stopped = False
@@ -127,8 +130,8 @@ class DeadlineTimer:
         """Schedules `callback` at monotonic time `deadline`; returns a handle for `cancel`."""
         with self._wake:
             handle = next(self._seq)
-            heapq.heappush(self._heap, (deadline, handle, callback))
-            self._live.add(handle)
+            heapq.heappush(self._heap, (deadline, handle))
+            self._live[handle] = callback
             if self._heap[0][1] == handle:
                 self._wake.notify()
         return handle
@@ -140,7 +143,7 @@ class DeadlineTimer:
     def cancel(self, handle: int) -> None:
         """Forgets a scheduled callback; a no-op once it ran."""
         with self._wake:
-            self._live.discard(handle)
+            self._live.pop(handle, None)
             if len(self._heap) > 2 * len(self._live) + 1024:
                 self._heap = [entry for entry in self._heap if entry[1] in self._live]
                 heapq.heapify(self._heap)
@@ -169,8 +172,8 @@ class DeadlineTimer:
                         continue
                     delay = self._heap[0][0] - self._clock()
                     if delay <= 0:
-                        _, handle, callback = heapq.heappop(self._heap)
-                        self._live.discard(handle)
+                        _, handle = heapq.heappop(self._heap)
+                        callback = self._live.pop(handle)
                         break
                     self._wake.wait(delay)
             try:
