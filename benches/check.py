@@ -51,6 +51,7 @@ MAX_TOLERANCE = 0.5
 SUBSET = (
     "benches/bench_envelope.py",
     "benches/bench_cip.py::test_cip_decode[ours_batch]",
+    "benches/bench_cip.py::test_cip_decode[ours_columns]",
     "benches/bench_cip.py::test_cip_decode[ours_single]",
     "benches/bench_cip.py::test_cip_decode[struct_single]",
     "benches/bench_cip.py::test_cip_decode[struct_batch]",
@@ -80,8 +81,8 @@ PAIRS: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {
     "cip.decode.single_vs_struct": (
         "test_cip_decode", {"impl": "ours_single"}, {"impl": "struct_single"}
     ),
-    "cip.decode.batch_vs_numpy": (
-        "test_cip_decode", {"impl": "ours_batch"}, {"impl": "numpy_batch"}
+    "cip.decode.columns_vs_numpy": (
+        "test_cip_decode", {"impl": "ours_columns"}, {"impl": "numpy_batch"}
     ),
 }  # fmt: skip
 
