@@ -65,6 +65,7 @@ __all__ = [
     "UnskitError",
     "UnsupportedQosError",
     "VerificationError",
+    "missing_extra",
 ]
 
 
@@ -210,3 +211,11 @@ class TransferInterruptedError(EgressError):
 
 class UnsafePathError(EgressError, ValueError):
     """A relative path that would leave its root (``..``, absolute, or through a symlink)."""
+
+
+def missing_extra(what: str, module: str, extra: str) -> str:
+    """The refusal of `what` without the SDK `module`, naming the pip command of its extra."""
+    return (
+        f"{what} needs the {module!r} package, which is not installed: "
+        f"pip install 'unskit[{extra}]'"
+    )

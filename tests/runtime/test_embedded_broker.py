@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import importlib.util
 import socket
 import sys
 import threading
@@ -41,6 +42,15 @@ def test_messaging_round_trip_through_the_embedded_broker():
         broker.stop()
     assert not broker.running
     broker.stop()  # idempotent
+
+
+def test_without_amqtt_the_error_names_the_pip_command(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "amqtt" else real(name, *a)
+    )
+    with pytest.raises(MessagingError, match=r"pip install 'unskit\[embedded\]'"):
+        EmbeddedBroker(1).start()
 
 
 @pytest.mark.integration

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import importlib.util
 import logging
 import threading
 from typing import Any
 
 from unskit.config.model import DEFAULT_EMBEDDED_PORT
-from unskit.errors import MessagingError
+from unskit.errors import MessagingError, missing_extra
 
 __all__ = ["DEFAULT_EMBEDDED_PORT", "EmbeddedBroker"]
 
@@ -60,6 +61,8 @@ class EmbeddedBroker:
         """Starts the broker and returns once it listens; MessagingError if it cannot."""
         if self._thread is not None:
             return self
+        if importlib.util.find_spec("amqtt") is None:
+            raise MessagingError(missing_extra("the embedded MQTT broker", "amqtt", "embedded"))
         ready: concurrent.futures.Future[Any] = concurrent.futures.Future()
         loop = asyncio.new_event_loop()
         self._loop = loop
