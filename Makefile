@@ -10,12 +10,13 @@ export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 # Extras of pyproject.toml the tests, lint and benchmarks need.
 EXTRAS := embedded,egress,http,bucketstore,blobstore,opcua,onvif,recorder,test,lint,bench
 
-.PHONY: help demo test test-unit lint fmt bench bench-check bench-baseline soak chaos fuzz system-deps venv build clean
+.PHONY: help demo test test-unit lint fmt bench bench-check bench-baseline soak chaos fuzz system-deps venv build wheel clean
 
 help:
 	@echo "make demo   build, then run the edge demo (broker, PLC, cameras, egress) until Ctrl-C"
 	@echo "make test   install what tests need, build, lint, cargo test, pytest"
 	@echo "make test-unit  the unit tier alone (no network, no processes): the edit-test loop"
+	@echo "make wheel  the abi3 wheel and the sdist users install, in dist/"
 	@echo "make bench  benchmarks, ours beside each anchor (writes benches/results.json)"
 	@echo "make bench-check  the regression gate: a CPU-bound subset, 3 runs, ratios vs benches/baseline.json"
 	@echo "make soak   the demo stack for SOAK_SECS (600) with a leak check (a results.json row)"
@@ -29,9 +30,12 @@ DEMO_ARGS ?=
 demo: build
 	unskit demo $(DEMO_ARGS)
 
-test: system-deps build lint
+# pytest runs on TEST_WORKERS processes (pytest-xdist), a test file per worker at a time:
+# module fixtures (a broker per file) start once, and files never share a process.
+TEST_WORKERS ?= 2
+test: system-deps build lint wheel
 	cargo test -p unskit-core --release
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadfile
 
 # The unit tier (tests/conftest.py marks it and fails a unit test that reaches the network).
 test-unit: build
@@ -103,10 +107,21 @@ $(VENV)/bin/maturin:
 # pip's install listing goes to a log, shown only when the build fails.
 build: venv
 	@echo "building unskit (Rust extension, release) and installing its dependencies..."
+	@# The extension is abi3 (_core.abi3.so): an older per-version build would be imported first.
+	@rm -f python/unskit/_core.cpython-*.so
 	@maturin develop --release --quiet --extras $(EXTRAS) > $(VENV)/build.log 2>&1 \
 		|| { cat $(VENV)/build.log; exit 1; }
 	@echo "unskit built and installed in $(VENV)"
 
+# The abi3 wheel (CPython >= 3.11, manylinux x86_64) and the sdist, in DIST; tests/test_wheel.py
+# installs the wheel into a fresh virtual environment. Same target directory, profile and
+# features as `make build`, so after it nothing is compiled again.
+DIST ?= dist
+wheel: venv
+	rm -rf $(DIST)
+	maturin sdist --out $(DIST)
+	maturin build --release --out $(DIST)
+
 clean:
 	cargo clean
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
+	rm -rf $(VENV) $(DIST) .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks

@@ -78,6 +78,7 @@ __all__ = [
     "UnskitError",
     "UnsupportedQosError",
     "VerificationError",
+    "missing_extra",
 ]
 
 
@@ -253,3 +254,11 @@ class SoapDeviceError(CommandError):
     def to_capture_error(self) -> CaptureError:
         """The failure as a capture's failure block (stage acquisition)."""
         return CaptureError(self.code, "acquisition", self.message, retriable=self.retriable)
+
+
+def missing_extra(what: str, module: str, extra: str) -> str:
+    """The refusal of `what` without the SDK `module`, naming the pip command of its extra."""
+    return (
+        f"{what} needs the {module!r} package, which is not installed: "
+        f"pip install 'unskit[{extra}]'"
+    )

@@ -9,6 +9,7 @@ cannot say), so one malformed entry is skipped with its JSON path while the othe
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 import re
 import uuid
@@ -21,7 +22,7 @@ from unskit.config.model import ComponentConfig, thaw
 from unskit.config.schema import definition_schema, load_schema, validate_with_schema
 from unskit.config.secrets import SecretRef
 from unskit.config.templates import path_template_variables, render_path_template
-from unskit.errors import ConfigError, ConfigIssue
+from unskit.errors import ConfigError, ConfigIssue, missing_extra
 from unskit.southbound.component import Candidate
 from unskit.southbound.driver import InstanceSpec, Timing, parse_timing
 from unskit.southbound.service import Skipped
@@ -259,6 +260,8 @@ def _instance_issues(entry: object, index: int, config: ComponentConfig) -> list
 
 
 def _rules(entry: Mapping[str, Any], path: str, config: ComponentConfig) -> Iterator[ConfigIssue]:
+    if importlib.util.find_spec("asyncua") is None:
+        yield ConfigIssue(path, missing_extra("the opcua-adapter", "asyncua", "opcua"))
     connection = entry["connection"]
     at = f"{path}.connection"
     yield from _endpoint_rules(connection["endpoint"], f"{at}.endpoint")

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import importlib.util
 import logging
 import threading
 from typing import Any
 
 from unskit.config.model import DEFAULT_EMBEDDED_PORT
-from unskit.errors import MessagingError
+from unskit.errors import MessagingError, missing_extra
 
 __all__ = ["DEFAULT_EMBEDDED_PORT", "EmbeddedBroker"]
 
@@ -21,6 +22,24 @@ _log = logging.getLogger(__name__)
 
 _START_TIMEOUT_S = 10.0
 _STOP_TIMEOUT_S = 10.0
+
+
+def _close(loop: asyncio.AbstractEventLoop) -> None:
+    # As asyncio.run() ends: whatever is still pending is cancelled and awaited inside the
+    # loop, never left to be collected after it closed.
+    try:
+        loop.run_until_complete(_cancel_pending(loop))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
+
+
+async def _cancel_pending(loop: asyncio.AbstractEventLoop) -> None:
+    current = asyncio.current_task()
+    pending = [task for task in asyncio.all_tasks(loop) if task is not current]
+    for task in pending:
+        task.cancel()
+    await asyncio.wait_for(asyncio.gather(*pending, return_exceptions=True), _STOP_TIMEOUT_S)
 
 
 class EmbeddedBroker:
@@ -42,6 +61,8 @@ class EmbeddedBroker:
         """Starts the broker and returns once it listens; MessagingError if it cannot."""
         if self._thread is not None:
             return self
+        if importlib.util.find_spec("amqtt") is None:
+            raise MessagingError(missing_extra("the embedded MQTT broker", "amqtt", "embedded"))
         ready: concurrent.futures.Future[Any] = concurrent.futures.Future()
         loop = asyncio.new_event_loop()
         self._loop = loop
@@ -66,8 +87,42 @@ class EmbeddedBroker:
             # amqtt is imported here: only components that embed a broker pay for it.
             from amqtt.broker import Broker
 
+            class ClosingBroker(Broker):  # type: ignore[misc]
+                # amqtt's shutdown ends sessions, not connections still in their CONNECT
+                # handshake: their handlers stayed pending and their writers open past the
+                # loop's close (a ResourceWarning for a StreamWriter at collection). Here
+                # each connection's writer is closed when its handler ends, and shutdown
+                # closes the ones left and waits for their handlers.
+                def __init__(self, config: dict[str, Any]) -> None:
+                    super().__init__(config)
+                    self.handlers: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
+
+                async def stream_connected(
+                    self,
+                    reader: asyncio.StreamReader,
+                    writer: asyncio.StreamWriter,
+                    listener_name: str,
+                ) -> None:
+                    task = asyncio.current_task()
+                    assert task is not None
+                    self.handlers[task] = writer
+                    try:
+                        await super().stream_connected(reader, writer, listener_name)
+                    finally:
+                        # Not awaited: amqtt's own shutdown cancels this task, and the loop
+                        # runs the close (connection_lost) before it is closed in any case.
+                        writer.close()
+                        del self.handlers[task]
+
+                async def shutdown(self) -> None:
+                    await super().shutdown()
+                    for writer in self.handlers.values():
+                        writer.transport.abort()
+                    if self.handlers:
+                        await asyncio.wait(list(self.handlers), timeout=_STOP_TIMEOUT_S)
+
             # Broker() looks up the running loop, so it is built inside it.
-            broker = Broker(
+            broker = ClosingBroker(
                 {
                     "listeners": {"default": {"type": "tcp", "bind": f"{self.host}:{self.port}"}},
                     "plugins": {
@@ -81,13 +136,14 @@ class EmbeddedBroker:
             return broker
 
         try:
-            ready.set_result(loop.run_until_complete(start()))
+            broker = loop.run_until_complete(start())
         except BaseException as error:
+            _close(loop)
             ready.set_exception(error)
-            loop.close()
             return
+        ready.set_result(broker)
         loop.run_forever()
-        loop.close()
+        _close(loop)
 
     def stop(self) -> None:
         """Stops the broker (idempotent)."""

@@ -126,12 +126,16 @@ def open_backend(
 
         return LocalBackend(settings)
     if kind == "objectstore":
-        from unskit.egress.backends.objectstore import ObjectStoreBackend
-
+        try:
+            from unskit.egress.backends.objectstore import ObjectStoreBackend
+        except ImportError as exc:
+            raise ConfigError([ConfigIssue(f"{path}.type", missing_extra(kind))]) from exc
         return ObjectStoreBackend(settings, secrets)
     if kind == "sftp":
-        from unskit.egress.backends.sftp import SftpBackend
-
+        try:
+            from unskit.egress.backends.sftp import SftpBackend
+        except ImportError as exc:
+            raise ConfigError([ConfigIssue(f"{path}.type", missing_extra(kind))]) from exc
         return SftpBackend(settings, secrets)
     if kind == "ftps":
         from unskit.egress.backends.ftps import FtpsBackend
@@ -160,6 +164,8 @@ def open_backend(
 
 #: The optional extra and the module each SDK-backed backend needs beyond the base install.
 EXTRAS: Mapping[str, tuple[str, str]] = {
+    "objectstore": ("egress", "boto3"),
+    "sftp": ("egress", "paramiko"),
     "http": ("http", "requests"),
     "bucketstore": ("bucketstore", "requests"),
     "blobstore": ("blobstore", "azure.storage.blob"),
