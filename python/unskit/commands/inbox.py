@@ -208,6 +208,11 @@ class CommandInbox:
         # the component is down wait there for its next start (until messaging closes,
         # requests still arriving are answered COMPONENT_STOPPING).
 
+    def close_store(self) -> None:
+        """Closes the idempotency store (its connections and checkpoint thread); once the
+        broker link is closed, since a request served after it would find no store."""
+        self._store.close()
+
     @property
     def held_requests(self) -> int:
         """Requests whose reply is still held (deferred verbs and waiting duplicates)."""

@@ -314,6 +314,8 @@ class Runtime:
         coordinator.add_drain_step("publish watch", self._stop_publish_watch)
         coordinator.add_drain_step("metrics", self._stop_metrics)
         coordinator.add_drain_step("messaging", lambda: self.get_messaging().close(DRAIN_TIMEOUT_S))
+        # After messaging: no request can reach the idempotency store any more.
+        coordinator.add_drain_step("command store", self._close_command_store)
         if self.embedded_broker is not None:
             coordinator.add_drain_step("embedded broker", self.embedded_broker.stop)
         # Before the probes answer: whoever sees ready may signal, and must get a drain.
@@ -412,6 +414,10 @@ class Runtime:
     def _close_commands(self) -> None:
         if self._inbox is not None:
             self._inbox.close()
+
+    def _close_command_store(self) -> None:
+        if self._inbox is not None:
+            self._inbox.close_store()
 
     def _drain_app(self, app: ComponentApp | None) -> None:
         if app is not None and self._app_started:
