@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.support.mosquitto import Mosquitto
+from tests.support.nats import NatsCluster
 from tests.support.pki import Pki, make_pki
 from tests.support.servers import root_logging_restored
 
@@ -24,6 +25,14 @@ def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Mosqu
     mosquitto = Mosquitto(tmp_path_factory.mktemp("mosquitto"), pki).start()
     yield mosquitto
     mosquitto.stop()
+
+
+@pytest.fixture(scope="module")
+def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
+    """A 3-node NATS cluster speaking MQTT, one per test module (failover tests kill nodes)."""
+    cluster = NatsCluster(tmp_path_factory.mktemp("nats")).start()
+    yield cluster
+    cluster.remove()
 
 
 @pytest.fixture
@@ -67,6 +76,7 @@ SERVER_FIXTURES = frozenset(
         "vault_files",
         "node_opcua_server",
         "opcua_server",
+        "nats",
     }
 )
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import http.client
 import json
 import os
 import re
@@ -22,7 +21,7 @@ from subprocess import CompletedProcess
 
 import pytest
 
-from tests.support.servers import free_port, wait_until
+from tests.support.servers import free_port, readyz, wait_until
 from unskit import MessageBuilder
 from unskit.config.model import BrokerConfig, MessagingConfig
 from unskit.messaging import MessagingClient
@@ -256,7 +255,7 @@ def test_echo_answers_through_its_embedded_broker(installed, tmp_path):
     config.write_text(json.dumps(document))
     log_path = tmp_path / "echo.log"
     with _Process(installed, log_path, "unskit", "run", "echo", "-c", str(config), "-t", "gw-01"):
-        wait_until(lambda: _status(health_port) == 200, 60, "the installed echo to be ready")
+        wait_until(lambda: readyz(health_port) == 200, 60, "the installed echo to be ready")
         client = MessagingClient(
             MessagingConfig(
                 local=BrokerConfig(host="127.0.0.1", port=broker_port, client_id="wheel-test")
@@ -302,17 +301,6 @@ class _Process:
                 self.process.kill()
                 self.process.wait(5)
             self._log.close()
-
-
-def _status(port: int) -> int | None:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-    try:
-        connection.request("GET", "/readyz")
-        return connection.getresponse().status
-    except OSError:
-        return None
-    finally:
-        connection.close()
 
 
 def _tool(name: str) -> str:

@@ -8,7 +8,6 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from types import SimpleNamespace
 
 import paho.mqtt.client as paho
@@ -18,7 +17,6 @@ from paho.mqtt.enums import CallbackAPIVersion
 from tests.messaging.conftest import broker_config
 from tests.messaging.test_client import reading, start_echo_responder
 from tests.support.adapter import framework_sections
-from tests.support.nats import NatsCluster
 from tests.support.servers import component_process, free_port, readyz, wait_until
 from unskit.config.model import BrokerConfig
 from unskit.envelope import Message, MessageBuilder
@@ -130,13 +128,6 @@ def test_an_unreachable_first_endpoint_fails_over_to_the_next(broker, make_clien
     assert status["connected"]
     assert status["endpoint"] == f"127.0.0.1:{broker.plain_port}"
     assert status["failovers"] >= 1
-
-
-@pytest.fixture(scope="module")
-def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
-    cluster = NatsCluster(tmp_path_factory.mktemp("nats")).start()
-    yield cluster
-    cluster.remove()
 
 
 @pytest.mark.integration

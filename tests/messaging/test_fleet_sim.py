@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import paho.mqtt.client as paho
@@ -19,7 +18,6 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
 from tests.messaging.conftest import broker_config
-from tests.support.nats import NatsCluster
 from tests.support.servers import free_port, wait_until
 from unskit.cli import main
 from unskit.envelope import Message, MessageBuilder
@@ -164,13 +162,6 @@ def test_an_unreachable_broker_is_exit_1(capsys) -> None:
     options = ["--broker", f"127.0.0.1:{free_port()}", "--connect-timeout", "0.5"]
     assert main(["fleet-sim", *options, "-k", "1", "-m", "1"]) == 1
     assert "cannot connect to 127.0.0.1:" in capsys.readouterr().err
-
-
-@pytest.fixture(scope="module")
-def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
-    cluster = NatsCluster(tmp_path_factory.mktemp("nats")).start()
-    yield cluster
-    cluster.remove()
 
 
 @pytest.mark.integration

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
 from tests.messaging.conftest import broker_config
-from tests.support.nats import NatsCluster
 from tests.support.servers import wait_until
 from unskit.envelope import Message, MessageBuilder
 from unskit.errors import ConfigError, MessagingError
@@ -182,13 +180,6 @@ def test_two_members_share_the_load_through_share_on_mosquitto(
     dropped = sum(group.duplicates for group, _ in members)
     assert dropped + (len(handled) - 200) == 4
     assert all(group.filters[0].startswith("$share/") for group, _ in members)
-
-
-@pytest.fixture(scope="module")
-def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
-    cluster = NatsCluster(tmp_path_factory.mktemp("nats")).start()
-    yield cluster
-    cluster.remove()
 
 
 @pytest.mark.integration

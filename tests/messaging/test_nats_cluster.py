@@ -6,26 +6,17 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from tests.messaging.conftest import broker_config
 from tests.messaging.test_client import reading, start_echo_responder
-from tests.support.nats import NatsCluster
 from tests.support.servers import wait_until
 from unskit.config.model import MessagingConfig
 from unskit.envelope import Message
 from unskit.messaging import MessagingClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
-    cluster = NatsCluster(tmp_path_factory.mktemp("nats")).start()
-    yield cluster
-    cluster.remove()
 
 
 def test_publish_on_one_node_reaches_a_subscriber_on_another(nats, make_client, topic_root):

@@ -6,7 +6,6 @@ delivers nothing, each takes the devices of its partition. Each recorder writes 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -57,13 +56,6 @@ def test_a_share_group_records_every_sample_exactly_once(rig: Rig, tmp_path: Pat
     assert read_with_duckdb(output) == published
     # (Two polls caught up within one millisecond publish two equal rows: the multiset
     # equality above is the exactly-once check, not the rows being distinct.)
-
-
-@pytest.fixture(scope="module")
-def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
-    cluster = NatsCluster(tmp_path_factory.mktemp("nats")).start()
-    yield cluster
-    cluster.remove()
 
 
 @pytest.mark.slow

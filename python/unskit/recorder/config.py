@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from unskit import errors
 from unskit.config.model import ComponentConfig, thaw
 from unskit.config.schema import load_schema
 from unskit.errors import ConfigError, ConfigIssue
@@ -58,10 +59,7 @@ def extra_installed() -> bool:
 
 def missing_extra() -> str:
     """The refusal naming the pip command that installs the extra."""
-    return (
-        "the signal-recorder writes Parquet with pyarrow, which is not installed: "
-        f"pip install 'unskit[{EXTRA}]'"
-    )
+    return errors.missing_extra("the signal-recorder (Parquet)", "pyarrow", EXTRA)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
+from unskit import errors
 from unskit.camera.codec import Frame
 from unskit.config.secrets import SecretResolver
 
@@ -191,8 +192,5 @@ def missing_extra(backend: str) -> str | None:
         try:
             importlib.import_module(name)
         except ImportError:
-            return (
-                f"backend {backend!r} needs the {name!r} package, which is not installed: "
-                f"pip install 'unskit[{extra}]'"
-            )
+            return errors.missing_extra(f"backend {backend!r}", name, extra)
     return None

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
+from unskit import errors
 from unskit.config.secrets import SecretResolver
 from unskit.egress.records import Part
 from unskit.egress.throttle import Throttle
@@ -175,10 +176,7 @@ EXTRAS: Mapping[str, tuple[str, str]] = {
 def missing_extra(kind: str) -> str:
     """The refusal of a backend whose extra is not installed, with the pip command."""
     extra, module = EXTRAS[kind]
-    return (
-        f"backend {kind!r} needs the {module!r} package, which is not installed: "
-        f"pip install 'unskit[{extra}]'"
-    )
+    return errors.missing_extra(f"backend {kind!r}", module, extra)
 
 
 def extra_installed(kind: str) -> bool:
