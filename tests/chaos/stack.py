@@ -29,7 +29,13 @@ from tests.support.sshd import Sshd
 from unskit.demo.plan import PLC, THING, demo_documents, demo_peers
 
 #: The components, in start order (the egress first, so it sees the first capture).
-COMPONENTS = ("file-egress", "ethernet-ip-adapter", "opcua-adapter", "camera-adapter")
+COMPONENTS = (
+    "file-egress",
+    "signal-recorder",
+    "ethernet-ip-adapter",
+    "opcua-adapter",
+    "camera-adapter",
+)
 PRODUCERS = ("camera-adapter", "ethernet-ip-adapter", "opcua-adapter")
 #: MQTT keepalive of every component: a stopped broker is noticed within about twice it.
 KEEPALIVE_S = 2

@@ -27,6 +27,7 @@ COMPONENTS = (
     "opcua-adapter",
     "camera-adapter",
     "file-egress",
+    "signal-recorder",
     "opcua-sim",
     "cip-target-sim",
 )

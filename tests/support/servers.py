@@ -6,6 +6,7 @@ import contextlib
 import http.client
 import logging
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -21,6 +22,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def restartable_port() -> int:
+    """A free TCP port on 127.0.0.1 below the kernel's ephemeral range, for a server that is
+    killed and restarted on the same port: no outgoing connection can take it meanwhile."""
+    low, _high = (
+        int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+    )
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12_000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def wait_until(
