@@ -35,6 +35,9 @@ EXTRA = "embedded"
 #: Examples whose component needs an SDK extra that environment lacks: `unskit validate`
 #: refuses them with the pip command that installs it.
 NEEDS_EXTRA = {
+    # Discovery on: the example's WS-Discovery identifies ONVIF devices through zeep.
+    "camera-adapter.json": "onvif",
+    "signal-recorder.json": "recorder",
     "file-egress-blobstore.json": "blobstore",
     "file-egress-bucketstore.json": "bucketstore",
     "file-egress-http.json": "http",
