@@ -108,7 +108,9 @@ def test_values_scaling_deadband_and_bits_are_published(start_cip, target) -> No
     target.set_input(INPUT, image(7, 250, 5.0, 0b1000))
     adapter = start(start_cip, push_instance(target))
     connected(adapter)
+    # Each signal is its own message: waiting on one says nothing of the others' arrival.
     wait_until(lambda: values(adapter, "count") == [7], 10, "count")
+    wait_until(lambda: values(adapter, "temp") and values(adapter, "flag"), 10, "temp, flag")
     assert values(adapter, "temp") == [pytest.approx(15.0)], "250 * 0.1 - 10"
     assert values(adapter, "flag") == [True]
     target.set_input(INPUT, image(8, 250, 5.5, 0))
@@ -116,6 +118,7 @@ def test_values_scaling_deadband_and_bits_are_published(start_cip, target) -> No
     wait_until(lambda: values(adapter, "flag") == [True, False], 10, "the bit")
     target.set_input(INPUT, image(9, 250, 6.5, 0))
     wait_until(lambda: values(adapter, "count") == [7, 8, 9], 10, "the next change")
+    wait_until(lambda: values(adapter, "level")[-1:] == [6.5], 10, "the level beyond the band")
     assert values(adapter, "level") == [5.0, 6.5], "5.5 is inside the deadband of 1.0"
     assert values(adapter, "temp") == [pytest.approx(15.0)], "unchanged: not republished"
     received = adapter.runtime.metrics.counter(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -41,13 +42,20 @@ def bucket(moto: MotoServer) -> str:
 
 
 def write_file(path: Path, size: int, *, settled: bool = True) -> bytes:
-    """Random content; with `settled`, an mtime far enough back that no settle time holds it."""
+    """Random content; with `settled`, an mtime far enough back that no settle time holds it.
+
+    The file appears whole (written aside, then renamed in): with settleSeconds 0 a scan
+    could otherwise queue it half-written and see it change under the transfer."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = os.urandom(size)
-    path.write_bytes(data)
+    fd, staged = tempfile.mkstemp(prefix="unskit-write-")
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    os.chmod(staged, 0o644)  # as write_bytes would have made it, not mkstemp's 0600
     if settled:
         past = time.time() - 3600
-        os.utime(path, (past, past))
+        os.utime(staged, (past, past))
+    os.replace(staged, path)
     return data
 
 

@@ -14,7 +14,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.servers import port_open, restartable_port, terminate, wait_until
+from tests.support.servers import free_port, port_open, terminate, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "tests" / "support" / "nats_server"
@@ -40,10 +40,10 @@ class NatsNode:
     folder: Path
     # Below the ephemeral range: a node killed and restarted gets its ports back even when
     # other tests open thousands of connections meanwhile.
-    client_port: int = field(default_factory=restartable_port)
-    http_port: int = field(default_factory=restartable_port)
-    cluster_port: int = field(default_factory=restartable_port)
-    mqtt_port: int = field(default_factory=restartable_port)
+    client_port: int = field(default_factory=free_port)
+    http_port: int = field(default_factory=free_port)
+    cluster_port: int = field(default_factory=free_port)
+    mqtt_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
     @property

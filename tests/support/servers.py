@@ -17,28 +17,40 @@ from pathlib import Path
 from typing import Any
 
 
+def _port_range() -> range:
+    """This process's share of the ports below the kernel's ephemeral range.
+
+    Ports from bind(0) come from the ephemeral range, where two calls (or two xdist workers)
+    can be handed the same port before either server binds it, and where a restarted server
+    can find its port taken by some outgoing connection. Below that range the kernel never
+    hands a port out by itself; each worker takes a slice of its own."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    first = max(1024, low - 16_000)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) if worker.isdigit() else 0
+    share = (low - first) // max(workers, 1)
+    return range(first + index * share, first + (index + 1) * share)
+
+
+_PORTS = _port_range()
+_next_port = random.randrange(len(_PORTS))
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def restartable_port() -> int:
-    """A free TCP port on 127.0.0.1 below the kernel's ephemeral range, for a server that is
-    killed and restarted on the same port: no outgoing connection can take it meanwhile."""
-    low, _high = (
-        int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-    )
-    for _ in range(200):
-        port = random.randrange(max(1024, low - 12_000), low)
+    """A TCP port on 127.0.0.1, free now, handed out by no other call lately, and safe for a
+    server restarted on it (no outgoing connection takes it meanwhile)."""
+    global _next_port
+    for _ in range(len(_PORTS)):
+        port = _PORTS[_next_port % len(_PORTS)]
+        _next_port += 1
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
-    raise RuntimeError("no free port below the ephemeral range")
+        return port
+    raise RuntimeError(f"no free port in {_PORTS}")
 
 
 def wait_until(
