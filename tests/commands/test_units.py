@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -234,6 +235,85 @@ def test_the_store_is_safe_across_threads(tmp_path) -> None:
     for thread in threads:
         thread.join(10)
     assert sorted(kind.value for kind in kinds) == ["in-flight"] * 7 + ["new"]
+
+
+def test_concurrent_claims_of_many_keys_run_each_once_and_every_duplicate_gets_the_outcome(
+    tmp_path,
+) -> None:
+    # Duplicates share one waiter, made by the first of them; four threads per key claim at
+    # once, so some land before, some after each complete(); each ends with a replay.
+    store = IdempotencyStore(tmp_path / "idem.sqlite3")
+    keys = [IdempotencyKey("c", "cam-1", f"r{i}") for i in range(6)]
+    claims: dict[IdempotencyKey, list] = {key: [] for key in keys}
+    lock = threading.Lock()
+    start = threading.Barrier(24)
+    errors: list[BaseException] = []
+
+    def claimer(key: IdempotencyKey) -> None:
+        try:
+            start.wait(10)
+            while True:
+                claim = store.claim(key, "h")
+                with lock:
+                    claims[key].append(claim)
+                if claim.kind is ClaimKind.NEW:
+                    store.complete(key, {"ran": key.request_id})
+                elif claim.kind is ClaimKind.IN_FLIGHT:
+                    claim.waiter.result(10)  # then claims again, and must find the outcome
+                else:
+                    return
+        except BaseException as error:  # reported below, in the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=claimer, args=(keys[i % 6],)) for i in range(24)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    store.close()
+    assert not errors
+    assert not any(thread.is_alive() for thread in threads)
+    for key in keys:
+        kinds = [claim.kind for claim in claims[key]]
+        assert kinds.count(ClaimKind.NEW) == 1, kinds
+        assert set(kinds) <= {ClaimKind.NEW, ClaimKind.IN_FLIGHT, ClaimKind.REPLAY}
+        waiters = {id(c.waiter) for c in claims[key] if c.kind is ClaimKind.IN_FLIGHT}
+        assert len(waiters) <= 1, "duplicates of one claim wait on one future"
+        for claim in claims[key]:
+            if claim.kind is ClaimKind.IN_FLIGHT:
+                assert claim.waiter.result(5) == {"ran": key.request_id}
+            elif claim.kind is ClaimKind.REPLAY:
+                assert claim.outcome == {"ran": key.request_id}
+
+
+def test_a_new_store_file_has_small_pages_and_an_old_one_keeps_its_own(tmp_path) -> None:
+    from unskit.commands import idempotency
+
+    def page_size(path: Path) -> int:
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            return int(db.execute("PRAGMA page_size").fetchone()[0])
+
+    new = tmp_path / "new.sqlite3"
+    IdempotencyStore(new).close()
+    assert page_size(new) == idempotency.PAGE_SIZE == 1024
+    old = tmp_path / "old.sqlite3"
+    with contextlib.closing(sqlite3.connect(old)) as db:
+        db.execute("PRAGMA page_size=4096")
+        db.execute("PRAGMA journal_mode=WAL")
+        db.executescript(idempotency._SCHEMA)
+        db.execute(
+            "INSERT INTO idempotency VALUES ('c', '', 'r1', 'h', 'b', 'done', '{\"i\": 1}', 1, ?)",
+            (int(time.time() * 1000),),
+        )
+        db.commit()
+    store = IdempotencyStore(old)
+    try:
+        replay = store.claim(IdempotencyKey("c", "", "r1"), "h")
+        assert (replay.kind, replay.outcome) == (ClaimKind.REPLAY, {"i": 1})
+        assert store.claim(IdempotencyKey("c", "", "r2"), "h").kind is ClaimKind.NEW
+    finally:
+        store.close()
+    assert page_size(old) == 4096
 
 
 def _in_database_file(path: Path) -> int:

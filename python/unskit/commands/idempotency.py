@@ -44,6 +44,11 @@ _PRUNE_EVERY = 1000
 # requests), or after this many idle seconds when any commit waits.
 CHECKPOINT_EVERY_COMMITS = 500
 CHECKPOINT_IDLE_SECS = 30.0
+# Page size of a new store file. Each commit appends every page it changed to the WAL (a claim:
+# the table's leaf and the age index's leaf, and so does its outcome): 1 KiB pages instead of
+# SQLite's 4 KiB cut the bytes written per request by two thirds and the store's CPU per
+# request by a fifth (docs/decisions.md). A file made before keeps its page size.
+PAGE_SIZE = 1024
 
 
 def arguments_hash(namespace: str, arguments: Mapping[str, Any]) -> str:
@@ -98,9 +103,13 @@ class IdempotencyStore:
         # Each process run has its own id: a pending record of another run lost its outcome.
         self.boot_id = uuid.uuid4().hex
         self._lock = threading.Lock()
-        self._waiters: dict[IdempotencyKey, Future[Mapping[str, Any]]] = {}
+        # Every claim this run is running, with the future its duplicates wait on: made by
+        # the first duplicate, since almost no claim has one.
+        self._waiters: dict[IdempotencyKey, Future[Mapping[str, Any]] | None] = {}
         self._since_prune = 0
         self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+        # Only takes effect on a file without tables yet (and before WAL mode is set).
+        self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
         self._db.execute("PRAGMA journal_mode=WAL")
         # NORMAL survives a killed process (the WAL is in the OS); FULL also a power cut.
         self._synchronous = "FULL" if synchronous_full else "NORMAL"
@@ -144,7 +153,7 @@ class IdempotencyStore:
                 if row is not None:  # else pruned in between by another process: insert again
                     return self._existing(key, args_hash, row)
             self._committed()
-            self._waiters[key] = Future()
+            self._waiters[key] = None
             self._since_prune += 1
             prune = self._since_prune >= _PRUNE_EVERY
         if prune:
@@ -157,18 +166,22 @@ class IdempotencyStore:
             return Claim(ClaimKind.CONFLICT)
         if state == "done":
             return Claim(ClaimKind.REPLAY, outcome=json.loads(outcome))
-        waiter = self._waiters.get(key)
-        if boot_id == self.boot_id and waiter is not None:
+        # Called with the lock held, so the future is made once and complete() finds it.
+        if boot_id == self.boot_id and key in self._waiters:
+            waiter = self._waiters[key]
+            if waiter is None:
+                waiter = self._waiters[key] = Future()
             return Claim(ClaimKind.IN_FLIGHT, waiter=waiter)
         return Claim(ClaimKind.UNKNOWN)
 
     def complete(self, key: IdempotencyKey, outcome: Mapping[str, Any]) -> None:
         """Records the outcome (committed), then wakes duplicates waiting on it."""
+        encoded = json.dumps(outcome)  # not while the other workers wait for the lock
         with self._lock:
             self._db.execute(
                 "UPDATE idempotency SET state = 'done', outcome = ?, updated_ms = ? "
                 "WHERE component = ? AND scope = ? AND request_id = ?",
-                (json.dumps(outcome), _now_ms(), key.component, key.scope, key.request_id),
+                (encoded, _now_ms(), key.component, key.scope, key.request_id),
             )
             self._committed()
             waiter = self._waiters.pop(key, None)
