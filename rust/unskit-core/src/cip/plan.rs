@@ -444,6 +444,7 @@ impl InputPlan {
         let datagrams = datagrams.into_iter();
         let mut rows: Vec<Option<&'a [u8]>> = Vec::with_capacity(datagrams.size_hint().0);
         let mut times: Vec<u64> = Vec::with_capacity(datagrams.size_hint().0);
+        out.status.reserve(datagrams.size_hint().0);
         for (datagram, now_ms) in datagrams {
             let data = datagram_data(datagram, self.format, self.size);
             out.status.push(match data {
