@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -337,3 +338,42 @@ def test_random_plans_agree_with_the_reference_bit_for_bit(spec, fmt, data):
     assert [(d, i) for d, i, _ in got] == [(d, i) for d, i, _ in want]
     for (_, _, a), (_, _, b) in zip(got, want, strict=True):
         assert [struct.pack("<d", x) for x in a] == [struct.pack("<d", x) for x in b]
+
+
+@settings(max_examples=150, deadline=None)
+@given(spec=field_sets(), fmt=st.sampled_from(["modeless", "header32"]), data=st.data())
+def test_random_plans_decode_one_buffer_as_the_list_of_datagrams(spec, fmt, data):
+    # One buffer of whole datagrams takes the strided path (a bit field's byte read once for
+    # every bit of it, its flags from the bytes); a list takes the per-datagram one, which
+    # the test above holds to the reference. Both, in two batches, must agree bit for bit.
+    size, fields = spec
+    if not fields:
+        return
+    sample_ms = data.draw(st.integers(0, 2))
+    plan_fields = [
+        F(f.name, f.offset, f.type, f.bit, f.array_count, f.scale, f.value_offset,
+          f.deadband, f.deadband_value, "always" if f.always else "onChange")  # type: ignore[arg-type]
+        for f in fields
+    ]  # fmt: skip
+    from_buffer, from_list, single = (
+        InputPlan(7, size, plan_fields, real_time_format=fmt, sample_ms=sample_ms) for _ in range(3)
+    )
+    # Few distinct bytes too, so that values repeat and the gates both hold and pass.
+    payload = st.binary(min_size=size, max_size=size) | st.lists(
+        st.sampled_from([0, 1, 3, 0x80, 0xFF]), min_size=size, max_size=size
+    ).map(bytes)
+    frames = [frame(data.draw(payload), fmt) for _ in range(data.draw(st.integers(0, 30)))]
+    times = [2 * i for i in range(len(frames))]
+    half = data.draw(st.integers(0, len(frames)))
+    for part in (slice(0, half), slice(half, None)):
+        got = from_buffer.decode_columns(b"".join(frames[part]), times[part])
+        want = from_list.decode_columns(frames[part], times[part])
+        assert got.status.tolist() == want.status.tolist()
+        assert got.published.tolist() == want.published.tolist()
+        assert got.values.tobytes() == want.values.tobytes()
+        rows = single.decode_batch(frames[part], times[part]).rows()
+        assert _bits(got.rows()) == _bits(rows)
+
+
+def _bits(rows: Iterator[tuple[int, str, list[float]]]) -> list[tuple[int, str, list[bytes]]]:
+    return [(d, i, [struct.pack("<d", x) for x in v]) for d, i, v in rows]

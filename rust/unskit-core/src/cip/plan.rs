@@ -444,6 +444,7 @@ impl InputPlan {
         let datagrams = datagrams.into_iter();
         let mut rows: Vec<Option<&'a [u8]>> = Vec::with_capacity(datagrams.size_hint().0);
         let mut times: Vec<u64> = Vec::with_capacity(datagrams.size_hint().0);
+        out.status.reserve(datagrams.size_hint().0);
         for (datagram, now_ms) in datagrams {
             let data = datagram_data(datagram, self.format, self.size);
             out.status.push(match data {
@@ -455,23 +456,25 @@ impl InputPlan {
         }
         let n = rows.len();
         let every_row = rows.iter().all(Option::is_some);
-        let datas: Vec<&[u8]> = if every_row {
-            rows.iter().flatten().copied().collect()
-        } else {
-            Vec::new()
-        };
         let (whole, start) = (
             self.format.datagram_bytes(self.size),
             18 + self.format.prefix_bytes(),
         );
         // Every datagram decoded from one buffer of n whole ones: read at a fixed stride.
         let strided = blob.filter(|b| every_row && b.len() == n * whole);
+        let datas: Vec<&[u8]> = if every_row && strided.is_none() {
+            rows.iter().flatten().copied().collect()
+        } else {
+            Vec::new()
+        };
         out.values.reserve(n * self.elements());
         out.published.resize(n * self.fields.len(), 0);
+        // The byte of each bit field's offset down the batch, read once for all the bit
+        // fields it holds (eight flags of one byte cost one strided pass, not eight).
+        let mut bit_bytes: Vec<(usize, Vec<u8>)> = Vec::new();
         for index in 0..self.fields.len() {
             let field = &self.fields[index];
-            let (offset, size, bit, first) =
-                (field.offset, field.ty.size(), field.bit, field.first);
+            let (offset, size, bit) = (field.offset, field.ty.size(), field.bit);
             // Each element's column in turn (fields and elements are in `first` order):
             // read and scaled, NaN where the datagram was dropped.
             for k in 0..field.count {
@@ -509,12 +512,26 @@ impl InputPlan {
                     };
                 }
                 match field.ty {
-                    CipType::Bool => match bit {
-                        Some(bit) => fill!(|d: &[u8]| f64::from(d[offset] >> bit & 1)),
-                        None if field.is_array => {
+                    CipType::Bool => match (bit, strided) {
+                        (Some(bit), Some(blob)) => {
+                            let at = match bit_bytes.iter().position(|(o, _)| *o == offset) {
+                                Some(at) => at,
+                                None => {
+                                    let column =
+                                        blob.chunks_exact(whole).map(|d| d[start + offset]);
+                                    bit_bytes.push((offset, column.collect()));
+                                    bit_bytes.len() - 1
+                                }
+                            };
+                            // Contiguous bytes in, contiguous floats out: this vectorises.
+                            let column = bit_bytes[at].1.iter();
+                            out.values.extend(column.map(|&b| f64::from(b >> bit & 1)))
+                        }
+                        (Some(bit), None) => fill!(|d: &[u8]| f64::from(d[offset] >> bit & 1)),
+                        (None, _) if field.is_array => {
                             fill!(|d: &[u8]| f64::from(d[offset + k / 8] >> (k % 8) & 1))
                         }
-                        None => fill!(|d: &[u8]| f64::from(u8::from(d[offset] != 0))),
+                        (None, _) => fill!(|d: &[u8]| f64::from(u8::from(d[offset] != 0))),
                     },
                     CipType::Sint => typed!(i8),
                     CipType::Usint => typed!(u8),
@@ -528,16 +545,45 @@ impl InputPlan {
                     CipType::Lreal => typed!(f64),
                 }
             }
-            let values = &out.values[first * n..(first + field.count) * n];
-            let published = &mut out.published[index * n..(index + 1) * n];
-            if field.count > 1 && every_row && self.sample_ms == 0 {
-                self.gate_array_every_row(index, &times, values, published);
-            } else if field.count > 1 {
-                self.gate_array(index, &rows, &times, values, published);
-            } else if every_row && self.sample_ms == 0 {
-                self.gate_column_every_row(index, &times, values, published);
+        }
+        self.gate_columns(&rows, &times, every_row, &bit_bytes, out);
+    }
+
+    /// Every field's gate down its columns of `out.values`, flags into `out.published`.
+    fn gate_columns(
+        &mut self,
+        rows: &[Option<&[u8]>],
+        times: &[u64],
+        every_row: bool,
+        bit_bytes: &[(usize, Vec<u8>)],
+        out: &mut ColumnBatch,
+    ) {
+        let n = times.len();
+        if n == 0 {
+            return;
+        }
+        let free = every_row && self.sample_ms == 0;
+        for (index, published) in out.published.chunks_exact_mut(n).enumerate() {
+            let field = &self.fields[index];
+            let (first, count) = (field.first, field.count);
+            let values = &out.values[first * n..(first + count) * n];
+            let bytes = match field.bit {
+                Some(bit) if free && !field.always => bit_bytes
+                    .iter()
+                    .find(|(offset, _)| *offset == field.offset)
+                    .map(|(_, bytes)| (bytes, bit)),
+                _ => None,
+            };
+            if let Some((bytes, bit)) = bytes {
+                self.gate_bits(index, times, values, bytes, bit, published);
+            } else if free && count > 1 {
+                self.gate_array_every_row(index, times, values, published);
+            } else if count > 1 {
+                self.gate_array(index, rows, times, values, published);
+            } else if free {
+                self.gate_column_every_row(index, times, values, published);
             } else {
-                self.gate_column_rows(index, &rows, &times, values, published);
+                self.gate_column_rows(index, rows, times, values, published);
             }
         }
     }
@@ -584,7 +630,7 @@ impl InputPlan {
                 }
             }
         }
-        if let Some(d) = flags.iter().rposition(|&f| f == 1) {
+        if let Some(d) = newest_flag(flags) {
             newest = Some(start + d);
         }
         if let Some(d) = newest {
@@ -595,6 +641,35 @@ impl InputPlan {
             }
             self.last[first] = last;
             self.cut[first] = cut;
+            self.published_ms[index] = Some(times[d]);
+        }
+    }
+
+    /// [`gate_column_every_row`](Self::gate_column_every_row) of a bit field that is not
+    /// `always` (a BOOL takes no deadband): its value changes exactly where its bit does, so
+    /// the flags come from the source bytes, sixteen to an instruction, not from the floats.
+    fn gate_bits(
+        &mut self,
+        index: usize,
+        times: &[u64],
+        column: &[f64],
+        bytes: &[u8],
+        bit: u8,
+        published: &mut [u8],
+    ) {
+        let first = self.fields[index].first;
+        let (Some(&head), Some(flag)) = (bytes.first(), published.first_mut()) else {
+            return;
+        };
+        let fresh = self.published_ms[index].is_none();
+        *flag = u8::from(fresh || changed(self.last[first], f64::from(head >> bit & 1)));
+        let pairs = bytes.iter().zip(&bytes[1..]);
+        for (flag, (&before, &now)) in published[1..].iter_mut().zip(pairs) {
+            *flag = (before ^ now) >> bit & 1;
+        }
+        if let Some(d) = newest_flag(published) {
+            self.last[first] = column[d];
+            self.cut[first] = cut_of(Deadband::None, column[d]);
             self.published_ms[index] = Some(times[d]);
         }
     }
@@ -718,6 +793,20 @@ impl InputPlan {
         fill_cuts(field.deadband, &mut self.cut[span], values);
         self.published_ms[index] = Some(now_ms);
     }
+}
+
+/// The index of the last 1 in `flags` (0 or 1 each), found a block at a time from the end:
+/// a field that seldom publishes would otherwise be scanned a byte at a time.
+fn newest_flag(flags: &[u8]) -> Option<usize> {
+    let mut end = flags.len();
+    for block in flags.rchunks(32) {
+        if block.iter().fold(0, |any, &f| any | f) != 0 {
+            let at = block.iter().rposition(|&f| f != 0)?;
+            return Some(end - block.len() + at);
+        }
+        end -= block.len();
+    }
+    None
 }
 
 /// Whether `value` differs from `last` (NaN repeating is no change).
@@ -1215,8 +1304,49 @@ mod tests {
         payloads: &[Vec<u8>],
         steps: &[u64],
     ) -> Result<(), TestCaseError> {
-        let mut single = plan(sample_ms, &gated_specs());
-        let mut batch = plan(sample_ms, &gated_specs());
+        check_columns_of(&gated_specs(), false, sample_ms, payloads, steps)
+    }
+
+    /// Bit fields sharing a byte (some `always`), a bit alone in a byte at an odd offset,
+    /// a word overlapping bits, and an array: the paths that read a byte once for its bits.
+    fn bit_specs() -> Vec<FieldSpec> {
+        let mut specs = Vec::new();
+        for bit in [0u8, 1, 2, 5, 7] {
+            let mut s = spec(&format!("b0.{bit}"), 0, CipType::Bool);
+            s.bit = Some(bit);
+            s.always = bit == 2;
+            specs.push(s);
+        }
+        let mut odd = spec("b5.6", 5, CipType::Bool);
+        odd.bit = Some(6);
+        specs.push(odd);
+        let mut high = spec("b5.3", 5, CipType::Bool);
+        high.bit = Some(3);
+        specs.push(high);
+        let mut word = spec("word", 4, CipType::Uint);
+        word.deadband = Deadband::Absolute(3.0);
+        specs.push(word);
+        let mut arr = spec("flags", 6, CipType::Bool);
+        arr.array_count = Some(9);
+        specs.push(arr);
+        let mut ints = spec("ints", 8, CipType::Int);
+        ints.array_count = Some(3);
+        ints.deadband = Deadband::Percent(20.0);
+        specs.push(ints);
+        specs
+    }
+
+    /// Batches of `payloads` (as one buffer of whole datagrams when `contiguous`) against
+    /// one [`InputPlan::decode`] per datagram: the same status, flags and values bit for bit.
+    fn check_columns_of(
+        specs: &[FieldSpec],
+        contiguous: bool,
+        sample_ms: u64,
+        payloads: &[Vec<u8>],
+        steps: &[u64],
+    ) -> Result<(), TestCaseError> {
+        let mut single = plan(sample_ms, specs);
+        let mut batch = plan(sample_ms, specs);
         let frames: Vec<Vec<u8>> = payloads.iter().map(|p| frame(p)).collect();
         let mut now = 0;
         let times: Vec<u64> = steps
@@ -1231,8 +1361,13 @@ mod tests {
         let half = frames.len() / 2;
         for (from, to) in [(0, half), (half, frames.len())] {
             let mut out = ColumnBatch::default();
-            let pairs = frames[from..to].iter().map(|f| &f[..]);
-            batch.decode_columns(pairs.zip(times[from..to].iter().copied()), &mut out);
+            if contiguous {
+                let blob = frames[from..to].concat();
+                batch.decode_columns_contiguous(&blob, &times[from..to], &mut out);
+            } else {
+                let pairs = frames[from..to].iter().map(|f| &f[..]);
+                batch.decode_columns(pairs.zip(times[from..to].iter().copied()), &mut out);
+            }
             let (elements, fields, n) = (batch.elements(), batch.fields().len(), to - from);
             for d in 0..n {
                 let mut sink = Collect::default();
@@ -1286,6 +1421,42 @@ mod tests {
         assert_eq!(out.status[49], status_code(Err(Reason::Truncated)));
     }
 
+    #[test]
+    fn bit_fields_of_one_byte_flag_each_bit_where_it_changes() {
+        let mut p = plan(0, &bit_specs());
+        let (mut data, mut blob) = ([0u8; 16], Vec::new());
+        for byte in [
+            0b1000_0001u8,
+            0b1000_0001,
+            0b1000_0011,
+            0b0000_0011,
+            0b0010_0011,
+        ] {
+            data[0] = byte;
+            blob.extend(frame(&data));
+        }
+        let mut out = ColumnBatch::default();
+        p.decode_columns_contiguous(&blob, &[0, 1, 2, 3, 4], &mut out);
+        let flags = |f: usize| &out.published[f * 5..(f + 1) * 5];
+        assert_eq!(flags(0), [1, 0, 0, 0, 0]); // bit 0: set throughout
+        assert_eq!(flags(1), [1, 0, 1, 0, 0]); // bit 1: rises at the third
+        assert_eq!(flags(2), [1, 1, 1, 1, 1]); // bit 2: always
+        assert_eq!(flags(3), [1, 0, 0, 0, 1]); // bit 5: rises at the fifth
+        assert_eq!(flags(4), [1, 0, 0, 1, 0]); // bit 7: falls at the fourth
+        assert_eq!(&out.values[4 * 5..5 * 5], [1.0, 1.0, 1.0, 0.0, 0.0]);
+        // The next batch starts from the last published bits: nothing changed, nothing due.
+        let newest = &blob[blob.len() - blob.len() / 5..];
+        let mut again = ColumnBatch::default();
+        p.decode_columns_contiguous(newest, &[5], &mut again);
+        assert_eq!(&again.published[..5], [0, 0, 1, 0, 0]);
+        // An empty batch: no rows, the gates untouched.
+        let mut empty = ColumnBatch::default();
+        p.decode_columns_contiguous(&[], &[], &mut empty);
+        assert!(empty.status.is_empty() && empty.values.is_empty() && empty.published.is_empty());
+        p.decode_columns_contiguous(newest, &[6], &mut again);
+        assert_eq!(&again.published[..5], [0, 0, 1, 0, 0]);
+    }
+
     proptest! {
         #[test]
         fn columns_agree_with_one_decode_per_datagram(
@@ -1303,6 +1474,17 @@ mod tests {
         ) {
             // Few distinct bytes: values repeat, so the gates both pass and hold.
             check_columns(0, &payloads, &[1; 40])?;
+        }
+
+        #[test]
+        fn one_buffer_of_bit_fields_agrees_with_one_decode_per_datagram(
+            payloads in proptest::collection::vec(proptest::collection::vec(
+                prop_oneof![3 => 0u8..4, 1 => any::<u8>()], 16), 0..40),
+            steps in proptest::collection::vec(0u64..4, 40),
+            sample_ms in 0u64..3,
+            contiguous in any::<bool>(),
+        ) {
+            check_columns_of(&bit_specs(), contiguous, sample_ms, &payloads, &steps)?;
         }
 
         #[test]
