@@ -116,11 +116,16 @@ build: venv
 # The abi3 wheel (CPython >= 3.11, manylinux x86_64) and the sdist, in DIST; tests/test_wheel.py
 # installs the wheel into a fresh virtual environment. Same target directory, profile and
 # features as `make build`, so after it nothing is compiled again.
+# maturin's repair (bundling libturbojpeg) rewrites cargo's own cdylib in place (maturin
+# 1.16): a later build would reuse it, naming a library only the wheel has, so the patched
+# output is removed and the next build links it afresh.
 DIST ?= dist
+CARGO_OUT := $(or $(CARGO_TARGET_DIR),target)/release
 wheel: venv
 	rm -rf $(DIST)
 	maturin sdist --out $(DIST)
-	maturin build --release --out $(DIST)
+	status=0; maturin build --release --out $(DIST) || status=$$?; \
+		rm -f $(CARGO_OUT)/lib_core.so $(CARGO_OUT)/deps/lib_core.so; exit $$status
 
 clean:
 	cargo clean
