@@ -1,5 +1,6 @@
 //! Thumbnails: a raw frame or JPEG bytes to a small JPEG, aspect kept, area-averaged.
 
+use jpeg_decoder::PixelFormat;
 use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
 
 use super::resize::{area_resize, fit_long_edge};
@@ -176,7 +177,9 @@ pub fn thumbnail_from_jpeg(
     quality: u8,
 ) -> Result<Thumbnail, CoreError> {
     check_quality(quality)?;
-    let decoder = turbo::Decoder::new(jpeg)?;
+    let Some(decoder) = turbo::Decoder::new(jpeg)? else {
+        return thumbnail_from_unusual_jpeg(jpeg, size, quality);
+    };
     let (out_width, out_height) = fit_long_edge(decoder.width, decoder.height, size.long_edge());
     let (scaled_width, scaled_height) = decoder.scaled_size(out_width, out_height);
     let gray = match decoder.colorspace {
@@ -256,6 +259,57 @@ pub fn thumbnail_from_jpeg(
     })
 }
 
+/// The JPEGs whose sampling layout libjpeg-turbo 2.x cannot name, through jpeg-decoder
+/// (pure Rust, slower, any layout): what every JPEG thumbnail took before libjpeg-turbo.
+fn thumbnail_from_unusual_jpeg(
+    jpeg: &[u8],
+    size: ThumbnailSize,
+    quality: u8,
+) -> Result<Thumbnail, CoreError> {
+    let malformed = |e: jpeg_decoder::Error| CoreError::MalformedImage(format!("JPEG: {e}"));
+    let mut decoder = jpeg_decoder::Decoder::new(jpeg);
+    decoder.read_info().map_err(malformed)?;
+    let info = decoder
+        .info()
+        .ok_or_else(|| CoreError::MalformedImage("JPEG: no frame header".into()))?;
+    let (width, height) = (usize::from(info.width), usize::from(info.height));
+    if width == 0 || height == 0 {
+        return Err(CoreError::MalformedImage(format!(
+            "JPEG: a {width}x{height} frame"
+        )));
+    }
+    let order = match info.pixel_format {
+        PixelFormat::L8 => PixelOrder::Gray,
+        PixelFormat::RGB24 => PixelOrder::Rgb,
+        other => {
+            return Err(CoreError::MalformedImage(format!(
+                "JPEG pixel format {other:?} is not supported for thumbnails (8-bit gray or colour)"
+            )))
+        }
+    };
+    let (out_width, out_height) = fit_long_edge(width, height, size.long_edge());
+    // Both edges fit in u16: they are at most the JPEG's own.
+    let (scaled_width, scaled_height) = decoder
+        .scale(out_width as u16, out_height as u16)
+        .map_err(malformed)?;
+    let pixels = decoder.decode().map_err(malformed)?;
+    let (scaled_width, scaled_height) = (usize::from(scaled_width), usize::from(scaled_height));
+    if pixels.len() != scaled_width * scaled_height * order.channels() {
+        return Err(CoreError::MalformedImage(
+            "JPEG: decoded pixels do not fill the frame".into(),
+        ));
+    }
+    // A scale that covers only one edge (the decoder picks by either) shrinks the other.
+    let target = (out_width.min(scaled_width), out_height.min(scaled_height));
+    encode_scaled(
+        &pixels,
+        (scaled_width, scaled_height),
+        target,
+        order,
+        quality,
+    )
+}
+
 fn encode_scaled(
     pixels: &[u8],
     (width, height): (usize, usize),
@@ -316,7 +370,6 @@ pub fn encode_jpeg(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jpeg_decoder::PixelFormat;
 
     fn gradient(width: usize, height: usize, channels: usize) -> Vec<u8> {
         let mut pixels = Vec::with_capacity(width * height * channels);
@@ -468,6 +521,8 @@ mod tests {
                 SamplingFactor::F_1_2,
                 SamplingFactor::F_2_2,
                 SamplingFactor::F_4_1,
+                // 4:1:0, which libjpeg-turbo 2.x cannot name: the jpeg-decoder route.
+                SamplingFactor::F_4_2,
             ] {
                 let mut big = Vec::new();
                 let mut encoder = Encoder::new(&mut big, 95);
@@ -475,6 +530,8 @@ mod tests {
                 encoder
                     .encode(&pixels, width as u16, height as u16, ColorType::Rgb)
                     .unwrap();
+                let named = turbo::Decoder::new(&big).unwrap().is_some();
+                assert_eq!(named, factor != SamplingFactor::F_4_2, "{factor:?}");
                 let thumb = thumbnail_from_jpeg(&big, size, 95).unwrap();
                 assert_eq!((thumb.width, thumb.height), (out_width, out_height));
                 let diff = mean_difference(&pixels_of(&thumb.jpeg), &exact);
@@ -497,11 +554,17 @@ mod tests {
     #[test]
     fn cmyk_jpegs_are_refused_by_name() {
         let pixels = [10u8, 20, 30, 40].repeat(64 * 48);
-        for color in [ColorType::Cmyk, ColorType::CmykAsYcck] {
+        // Whole-resolution channels (libjpeg-turbo's route) and subsampled (jpeg-decoder's).
+        for (color, factor) in [
+            (ColorType::Cmyk, SamplingFactor::F_1_1),
+            (ColorType::CmykAsYcck, SamplingFactor::F_1_1),
+            (ColorType::Cmyk, SamplingFactor::F_2_2),
+            (ColorType::CmykAsYcck, SamplingFactor::F_2_2),
+        ] {
             let mut jpeg = Vec::new();
-            Encoder::new(&mut jpeg, 80)
-                .encode(&pixels, 64, 48, color)
-                .unwrap();
+            let mut encoder = Encoder::new(&mut jpeg, 80);
+            encoder.set_sampling_factor(factor);
+            encoder.encode(&pixels, 64, 48, color).unwrap();
             match thumbnail_from_jpeg(&jpeg, ThumbnailSize::Small, 80) {
                 Err(CoreError::MalformedImage(message)) => {
                     assert!(message.contains("CMYK"), "{message}")

@@ -173,8 +173,9 @@ fn harmless_warning(message: &str) -> bool {
 }
 
 impl<'a> Decoder<'a> {
-    /// Reads the JPEG's header.
-    pub fn new(jpeg: &'a [u8]) -> Result<Decoder<'a>, CoreError> {
+    /// Reads the JPEG's header; `None` for a sampling layout TurboJPEG 2.x does not name
+    /// (e.g. a CMYK JPEG with subsampled channels), which libjpeg-turbo cannot decode.
+    pub fn new(jpeg: &'a [u8]) -> Result<Option<Decoder<'a>>, CoreError> {
         let handle = Handle::new(tjInitDecompress)?;
         let (mut width, mut height, mut subsamp, mut colorspace) = (0, 0, -1, -1);
         // SAFETY: the pointer and length describe `jpeg`; the outputs are local ints.
@@ -189,20 +190,25 @@ impl<'a> Decoder<'a> {
                 &mut colorspace,
             )
         };
-        handle.check(code, harmless_warning).map_err(malformed)?;
+        if let Err(message) = handle.check(code, harmless_warning) {
+            if message.contains("Could not determine subsampling type") {
+                return Ok(None);
+            }
+            return Err(malformed(message));
+        }
         if width <= 0 || height <= 0 {
             return Err(CoreError::MalformedImage(format!(
                 "JPEG: a {width}x{height} frame"
             )));
         }
-        Ok(Decoder {
+        Ok(Some(Decoder {
             handle,
             jpeg,
             width: width as usize,
             height: height as usize,
             subsamp,
             colorspace,
-        })
+        }))
     }
 
     /// The smallest DCT scale (at most 1/1) whose output covers `width` x `height`, and
