@@ -176,6 +176,10 @@ impl<'a> Decoder<'a> {
     /// Reads the JPEG's header; `None` for a sampling layout TurboJPEG 2.x does not name
     /// (e.g. a CMYK JPEG with subsampled channels), which libjpeg-turbo cannot decode.
     pub fn new(jpeg: &'a [u8]) -> Result<Option<Decoder<'a>>, CoreError> {
+        if jpeg.is_empty() {
+            // TurboJPEG would say only "Invalid argument".
+            return Err(CoreError::MalformedImage("JPEG: no bytes".into()));
+        }
         let handle = Handle::new(tjInitDecompress)?;
         let (mut width, mut height, mut subsamp, mut colorspace) = (0, 0, -1, -1);
         // SAFETY: the pointer and length describe `jpeg`; the outputs are local ints.
