@@ -10,7 +10,7 @@ export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 # Extras of pyproject.toml the tests, lint and benchmarks need.
 EXTRAS := embedded,egress,http,bucketstore,blobstore,opcua,onvif,recorder,test,lint,bench
 
-.PHONY: help demo test test-unit lint fmt bench bench-check bench-baseline soak chaos fuzz system-deps venv build wheel clean
+.PHONY: help demo test test-unit lint fmt bench bench-check bench-baseline soak chaos fuzz system-deps build-deps venv build wheel clean
 
 help:
 	@echo "make demo   build, then run the edge demo (broker, PLC, cameras, egress) until Ctrl-C"
@@ -91,6 +91,10 @@ fuzz:
 	cd rust/unskit-core && for t in class1_datagram plan_decode forward_open_reply envelope_decode json_value; do \
 		cargo +nightly fuzz run --release $$t -- -max_total_time=$(FUZZ_SECS) -max_len=4096; done
 
+# The Debian packages the build links (libjpeg-turbo), for `make build` and `make demo` alone.
+build-deps:
+	scripts/install-system-deps --build
+
 system-deps:
 	scripts/install-system-deps
 	scripts/install-node-peers
@@ -105,7 +109,7 @@ $(VENV)/bin/maturin:
 
 # Builds the Rust extension in release mode and installs the package editable with its extras.
 # pip's install listing goes to a log, shown only when the build fails.
-build: venv
+build: build-deps venv
 	@echo "building unskit (Rust extension, release) and installing its dependencies..."
 	@# The extension is abi3 (_core.abi3.so): an older per-version build would be imported first.
 	@rm -f python/unskit/_core.cpython-*.so
@@ -116,11 +120,16 @@ build: venv
 # The abi3 wheel (CPython >= 3.11, manylinux x86_64) and the sdist, in DIST; tests/test_wheel.py
 # installs the wheel into a fresh virtual environment. Same target directory, profile and
 # features as `make build`, so after it nothing is compiled again.
+# maturin's repair (bundling libturbojpeg) rewrites cargo's own cdylib in place (maturin
+# 1.16): a later build would reuse it, naming a library only the wheel has, so the patched
+# output is removed and the next build links it afresh.
 DIST ?= dist
+CARGO_OUT := $(or $(CARGO_TARGET_DIR),target)/release
 wheel: venv
 	rm -rf $(DIST)
 	maturin sdist --out $(DIST)
-	maturin build --release --out $(DIST)
+	status=0; maturin build --release --out $(DIST) || status=$$?; \
+		rm -f $(CARGO_OUT)/lib_core.so $(CARGO_OUT)/deps/lib_core.so; exit $$status
 
 clean:
 	cargo clean

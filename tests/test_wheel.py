@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from subprocess import CompletedProcess
 
+import cv2
+import numpy as np
 import pytest
 
 from tests.support.servers import free_port, readyz, wait_until
@@ -201,6 +203,37 @@ def test_the_installed_package_is_the_wheels_not_the_source_tree(installed):
     assert Path(found["core"]).is_relative_to(site), found
     assert Path(found["core"]).name == "_core.abi3.so", found
     assert not [p for p in found["path"] if p and Path(p).resolve().is_relative_to(ROOT)], found
+
+
+#: Runs in the installed environment: a thumbnail of the JPEG at argv[1], the libturbojpeg
+#: the process mapped, and the error a corrupt JPEG raises.
+THUMBNAIL_PROBE = """
+import json, pathlib, sys, unskit
+thumb = unskit.thumbnail_from_jpeg(pathlib.Path(sys.argv[1]).read_bytes(), "small")
+maps = pathlib.Path("/proc/self/maps").read_text().split()
+try:
+    unskit.thumbnail_from_jpeg(b"\\xff\\xd8\\xff\\xdb" + bytes(60))
+    bad = None
+except unskit.ImageError as exc:
+    bad = str(exc)
+libs = sorted({m for m in maps if "turbojpeg" in m})
+print(json.dumps({"size": [thumb.width, thumb.height], "libs": libs, "bad": bad}))
+"""
+
+
+def test_jpeg_thumbnails_run_on_the_libjpeg_turbo_the_wheel_carries(installed):
+    jpeg = installed.cwd / "frame.jpg"
+    noise = np.random.default_rng(1).integers(0, 256, (480, 640, 3), np.uint8)
+    jpeg.write_bytes(cv2.imencode(".jpg", cv2.GaussianBlur(noise, (9, 9), 3))[1].tobytes())
+    result = installed.run("python", "-c", THUMBNAIL_PROBE, str(jpeg))
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert found["size"] == [160, 120], found
+    # The copy auditwheel bundled (unskit.libs/libturbojpeg-HASH.so.0), not the system's.
+    assert len(found["libs"]) == 1, found
+    assert Path(found["libs"][0]).is_relative_to(installed.venv), found
+    assert "/unskit.libs/libturbojpeg" in found["libs"][0], found
+    assert str(found["bad"]).startswith("malformed image: JPEG: "), found
 
 
 def test_help(installed):

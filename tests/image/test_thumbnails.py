@@ -176,6 +176,21 @@ def test_truncated_jpegs_raise_or_decode_never_crash():
         assert thumb.width == 160
 
 
+def test_a_corrupt_or_truncated_1080p_jpeg_raises_image_error_naming_the_damage():
+    jpeg = cv2.imencode(".jpg", frame(1080, 1920, seed=5), [cv2.IMWRITE_JPEG_QUALITY, 90])[1]
+    data = jpeg.tobytes()
+    with pytest.raises(ImageError, match="malformed image: JPEG: Premature end"):
+        thumbnail_from_jpeg(data[: len(data) // 2], "medium")
+    # A second start-of-frame marker inside the scan data.
+    middle = len(data) // 2
+    corrupt = data[:middle] + b"\xff\xd8\xff\xc0" + data[middle + 4 :]
+    with pytest.raises(ImageError, match="malformed image: JPEG: "):
+        thumbnail_from_jpeg(corrupt, "medium")
+    # Stray bytes between segments leave the image whole: it still thumbnails.
+    stray = data[:2] + b"\0\0\0" + data[2:]
+    assert thumbnail_from_jpeg(stray, "medium") == thumbnail_from_jpeg(data, "medium")
+
+
 @pytest.mark.parametrize(
     ("width", "height", "channels", "out_width", "out_height"),
     [

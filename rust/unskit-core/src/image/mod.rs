@@ -4,6 +4,7 @@
 mod digest;
 mod resize;
 mod thumbnail;
+mod turbo;
 
 pub use digest::{Crc32c, Sha256};
 pub use resize::{area_resize, fit_long_edge, AreaResizer};

@@ -4,6 +4,7 @@ use jpeg_decoder::PixelFormat;
 use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
 
 use super::resize::{area_resize, fit_long_edge};
+use super::turbo;
 use crate::CoreError;
 
 /// The quality a thumbnail is encoded at unless the caller asks otherwise.
@@ -162,15 +163,109 @@ pub fn thumbnail_dimensions(
     Ok(fit_long_edge(width, height, size.long_edge()))
 }
 
-/// A JPEG thumbnail of JPEG bytes: decoded at the smallest DCT scale (1/8 to 1/1) that
-/// still covers the target, then area-averaged, so the result has the same dimensions as
-/// a thumbnail of the full decoded frame.
+/// A JPEG thumbnail of JPEG bytes: decoded by libjpeg-turbo at the smallest DCT scale (1/8
+/// to 1/1) that still covers the target, then area-averaged, so the result has the same
+/// dimensions as a thumbnail of the full decoded frame.
+///
+/// A YCbCr or gray JPEG stays in its planes throughout: each plane is area-averaged to the
+/// thumbnail's 4:2:0 planes and encoded from them, skipping the colour conversion and chroma
+/// resampling a decode to RGB and a re-encode would do twice (area averaging is linear, so
+/// this is the RGB average up to rounding). Other JPEGs take the packed-RGB route.
 pub fn thumbnail_from_jpeg(
     jpeg: &[u8],
     size: ThumbnailSize,
     quality: u8,
 ) -> Result<Thumbnail, CoreError> {
     check_quality(quality)?;
+    let Some(decoder) = turbo::Decoder::new(jpeg)? else {
+        return thumbnail_from_unusual_jpeg(jpeg, size, quality);
+    };
+    let (out_width, out_height) = fit_long_edge(decoder.width, decoder.height, size.long_edge());
+    let (scaled_width, scaled_height) = decoder.scaled_size(out_width, out_height);
+    let gray = match decoder.colorspace {
+        turbo::CS_GRAY => true,
+        turbo::CS_YCBCR | turbo::CS_RGB => false,
+        _ => return Err(CoreError::MalformedImage(
+            "JPEG colour space CMYK/YCCK is not supported for thumbnails (8-bit gray or colour)"
+                .into(),
+        )),
+    };
+    let out_subsamp = if gray {
+        turbo::SAMP_GRAY
+    } else {
+        turbo::SAMP_420
+    };
+    let out_sizes = turbo::Planes::sizes(out_width, out_height, out_subsamp)?;
+    let planar = decoder.colorspace != turbo::CS_RGB
+        && turbo::Planes::sizes(scaled_width, scaled_height, decoder.subsamp).is_ok_and(|sizes| {
+            // Every plane must shrink (a 4:1:1 chroma plane may be narrower than 4:2:0's).
+            sizes.len() == out_sizes.len()
+                && sizes
+                    .iter()
+                    .zip(&out_sizes)
+                    .all(|(&(w, h), &(tw, th))| w >= tw && h >= th)
+        });
+    if planar {
+        let planes = decoder.decode_planes(scaled_width, scaled_height)?;
+        let data = planes
+            .data
+            .into_iter()
+            .zip(planes.sizes.iter().zip(&out_sizes))
+            .map(|(plane, (&(w, h), &(tw, th)))| {
+                if (w, h) == (tw, th) {
+                    Ok(plane)
+                } else {
+                    area_resize(&plane, w, h, 1, tw, th)
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let small = turbo::Planes {
+            width: out_width,
+            height: out_height,
+            subsamp: out_subsamp,
+            sizes: out_sizes,
+            data,
+        };
+        let jpeg = turbo::encode_planes(&small, quality)?;
+        return Ok(Thumbnail {
+            jpeg,
+            width: out_width,
+            height: out_height,
+        });
+    }
+    let (format, channels) = if gray {
+        (turbo::PF_GRAY, 1)
+    } else {
+        (turbo::PF_RGB, 3)
+    };
+    let pixels = decoder.decode_packed(scaled_width, scaled_height, format)?;
+    let small = if (scaled_width, scaled_height) == (out_width, out_height) {
+        pixels
+    } else {
+        area_resize(
+            &pixels,
+            scaled_width,
+            scaled_height,
+            channels,
+            out_width,
+            out_height,
+        )?
+    };
+    let jpeg = turbo::encode_packed(&small, out_width, out_height, format, quality)?;
+    Ok(Thumbnail {
+        jpeg,
+        width: out_width,
+        height: out_height,
+    })
+}
+
+/// The JPEGs whose sampling layout libjpeg-turbo 2.x cannot name, through jpeg-decoder
+/// (pure Rust, slower, any layout): what every JPEG thumbnail took before libjpeg-turbo.
+fn thumbnail_from_unusual_jpeg(
+    jpeg: &[u8],
+    size: ThumbnailSize,
+    quality: u8,
+) -> Result<Thumbnail, CoreError> {
     let malformed = |e: jpeg_decoder::Error| CoreError::MalformedImage(format!("JPEG: {e}"));
     let mut decoder = jpeg_decoder::Decoder::new(jpeg);
     decoder.read_info().map_err(malformed)?;
@@ -387,6 +482,126 @@ mod tests {
                 Err(CoreError::MalformedImage(_))
             ));
         }
+    }
+
+    fn mean_difference(a: &[u8], b: &[u8]) -> f64 {
+        assert_eq!(a.len(), b.len());
+        let total: u64 = a
+            .iter()
+            .zip(b)
+            .map(|(&x, &y)| u64::from(x.abs_diff(y)))
+            .sum();
+        total as f64 / a.len() as f64
+    }
+
+    fn pixels_of(jpeg: &[u8]) -> Vec<u8> {
+        jpeg_decoder::Decoder::new(jpeg).decode().unwrap()
+    }
+
+    #[test]
+    fn every_input_subsampling_gives_the_area_average_of_the_frame() {
+        // Smooth content: what JPEG keeps, so the thumbnail must match the exact average.
+        let (width, height) = (1000, 600);
+        let mut pixels = Vec::with_capacity(width * height * 3);
+        for y in 0..height {
+            for x in 0..width {
+                pixels.extend([
+                    (40 + x * 170 / width) as u8,
+                    (30 + y * 190 / height) as u8,
+                    (20 + (x + y) * 200 / (width + height)) as u8,
+                ]);
+            }
+        }
+        for size in ThumbnailSize::ALL {
+            let (out_width, out_height) = fit_long_edge(width, height, size.long_edge());
+            let exact = area_resize(&pixels, width, height, 3, out_width, out_height).unwrap();
+            for factor in [
+                SamplingFactor::F_1_1,
+                SamplingFactor::F_2_1,
+                SamplingFactor::F_1_2,
+                SamplingFactor::F_2_2,
+                SamplingFactor::F_4_1,
+                // 4:1:0, which libjpeg-turbo 2.x cannot name: the jpeg-decoder route.
+                SamplingFactor::F_4_2,
+            ] {
+                let mut big = Vec::new();
+                let mut encoder = Encoder::new(&mut big, 95);
+                encoder.set_sampling_factor(factor);
+                encoder
+                    .encode(&pixels, width as u16, height as u16, ColorType::Rgb)
+                    .unwrap();
+                let named = turbo::Decoder::new(&big).unwrap().is_some();
+                assert_eq!(named, factor != SamplingFactor::F_4_2, "{factor:?}");
+                let thumb = thumbnail_from_jpeg(&big, size, 95).unwrap();
+                assert_eq!((thumb.width, thumb.height), (out_width, out_height));
+                let diff = mean_difference(&pixels_of(&thumb.jpeg), &exact);
+                assert!(diff < 2.0, "{factor:?} {size:?}: mean difference {diff}");
+            }
+        }
+    }
+
+    #[test]
+    fn gray_jpegs_give_gray_thumbnails() {
+        let pixels = gradient(640, 480, 1);
+        let mut big = Vec::new();
+        Encoder::new(&mut big, 90)
+            .encode(&pixels, 640, 480, ColorType::Luma)
+            .unwrap();
+        let thumb = thumbnail_from_jpeg(&big, ThumbnailSize::Small, 80).unwrap();
+        assert_eq!(decode(&thumb.jpeg), (160, 120, PixelFormat::L8));
+    }
+
+    #[test]
+    fn cmyk_jpegs_are_refused_by_name() {
+        let pixels = [10u8, 20, 30, 40].repeat(64 * 48);
+        // Whole-resolution channels (libjpeg-turbo's route) and subsampled (jpeg-decoder's).
+        for (color, factor) in [
+            (ColorType::Cmyk, SamplingFactor::F_1_1),
+            (ColorType::CmykAsYcck, SamplingFactor::F_1_1),
+            (ColorType::Cmyk, SamplingFactor::F_2_2),
+            (ColorType::CmykAsYcck, SamplingFactor::F_2_2),
+        ] {
+            let mut jpeg = Vec::new();
+            let mut encoder = Encoder::new(&mut jpeg, 80);
+            encoder.set_sampling_factor(factor);
+            encoder.encode(&pixels, 64, 48, color).unwrap();
+            match thumbnail_from_jpeg(&jpeg, ThumbnailSize::Small, 80) {
+                Err(CoreError::MalformedImage(message)) => {
+                    assert!(message.contains("CMYK"), "{message}")
+                }
+                other => panic!("a {color:?} JPEG gave {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn corrupt_and_truncated_scans_are_malformed_but_stray_bytes_are_not() {
+        let pixels = gradient(320, 240, 3);
+        let mut jpeg = Vec::new();
+        Encoder::new(&mut jpeg, 80)
+            .encode(&pixels, 320, 240, ColorType::Rgb)
+            .unwrap();
+        let truncated = &jpeg[..jpeg.len() / 2];
+        match thumbnail_from_jpeg(truncated, ThumbnailSize::Small, 80) {
+            Err(CoreError::MalformedImage(message)) => {
+                assert!(message.starts_with("JPEG: "), "{message}")
+            }
+            other => panic!("a truncated JPEG gave {other:?}"),
+        }
+        // A restart of the header in the middle of the scan data.
+        let mut corrupt = jpeg.clone();
+        let middle = corrupt.len() / 2;
+        corrupt[middle..middle + 4].copy_from_slice(&[0xFF, 0xD8, 0xFF, 0xC0]);
+        assert!(matches!(
+            thumbnail_from_jpeg(&corrupt, ThumbnailSize::Small, 80),
+            Err(CoreError::MalformedImage(_))
+        ));
+        // Stray bytes before a marker: the image is whole.
+        let mut stray = jpeg[..2].to_vec();
+        stray.extend_from_slice(&[0, 0, 0]);
+        stray.extend_from_slice(&jpeg[2..]);
+        let thumb = thumbnail_from_jpeg(&stray, ThumbnailSize::Small, 80).unwrap();
+        assert_eq!((thumb.width, thumb.height), (160, 120));
     }
 
     #[test]
