@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -302,6 +303,15 @@ def field_sets(draw):
     return size, unique
 
 
+def as_plan_fields(fields: list[Any]) -> list[F]:
+    """The reference's fields as the plan's."""
+    return [
+        F(f.name, f.offset, f.type, f.bit, f.array_count, f.scale, f.value_offset,
+          f.deadband, f.deadband_value, "always" if f.always else "onChange")  # type: ignore[arg-type]
+        for f in fields
+    ]  # fmt: skip
+
+
 @settings(max_examples=200, deadline=None)
 @given(spec=field_sets(), fmt=st.sampled_from(["modeless", "header32"]), data=st.data())
 def test_random_plans_agree_with_the_reference_bit_for_bit(spec, fmt, data):
@@ -309,11 +319,7 @@ def test_random_plans_agree_with_the_reference_bit_for_bit(spec, fmt, data):
     if not fields:
         return
     sample_ms = data.draw(st.integers(0, 5))
-    plan_fields = [
-        F(f.name, f.offset, f.type, f.bit, f.array_count, f.scale, f.value_offset,
-          f.deadband, f.deadband_value, "always" if f.always else "onChange")  # type: ignore[arg-type]
-        for f in fields
-    ]  # fmt: skip
+    plan_fields = as_plan_fields(fields)
     ours, twin_columns = (
         InputPlan(7, size, plan_fields, real_time_format=fmt, sample_ms=sample_ms) for _ in range(2)
     )
@@ -350,11 +356,7 @@ def test_random_plans_decode_one_buffer_as_the_list_of_datagrams(spec, fmt, data
     if not fields:
         return
     sample_ms = data.draw(st.integers(0, 2))
-    plan_fields = [
-        F(f.name, f.offset, f.type, f.bit, f.array_count, f.scale, f.value_offset,
-          f.deadband, f.deadband_value, "always" if f.always else "onChange")  # type: ignore[arg-type]
-        for f in fields
-    ]  # fmt: skip
+    plan_fields = as_plan_fields(fields)
     from_buffer, from_list, single = (
         InputPlan(7, size, plan_fields, real_time_format=fmt, sample_ms=sample_ms) for _ in range(3)
     )
