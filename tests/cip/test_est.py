@@ -567,24 +567,28 @@ def test_a_corrupt_stored_bundle_is_replaced_by_a_first_enrollment(
     assert cn(leaf(bundle(vault_files)["certPem"])) == "eip-originator"
 
 
-def test_a_certs_only_bag_made_by_openssl_parses(tmp_path: Path, pki: Pki) -> None:
+@pytest.mark.parametrize("ca_first", [True, False])
+def test_a_certs_only_bag_made_by_openssl_parses(tmp_path: Path, pki: Pki, ca_first: bool) -> None:
     """An independent encoder: openssl's PKCS#7 certs-only, base64 as RFC 8951 says and as
-    binary DER (tolerated), with parameters on the content type."""
+    binary DER (tolerated), with parameters on the content type. openssl keeps the order it
+    is given, so one of the two orders is a SET OF that strict DER would sort (BER): it parses
+    too, with no warning (warnings are errors here)."""
     import email.message
 
     from unskit.cip.est import parse_certs_only
 
     bag = tmp_path / "bag.p7"
     openssl = require_binary("openssl")
+    first, second = (pki.ca, pki.client_cert) if ca_first else (pki.client_cert, pki.ca)
     subprocess.run(
         [
             openssl,
             "crl2pkcs7",
             "-nocrl",
             "-certfile",
-            str(pki.ca),
+            str(first),
             "-certfile",
-            str(pki.client_cert),
+            str(second),
             "-outform",
             "DER",
             "-out",

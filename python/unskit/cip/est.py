@@ -21,6 +21,7 @@ import ssl
 import tempfile
 import time
 import urllib.parse
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -50,6 +51,7 @@ SIMPLEENROLL = "simpleenroll"
 SIMPLEREENROLL = "simplereenroll"
 _WELL_KNOWN = "/.well-known/est"
 _PKCS7 = "application/pkcs7-mime"
+_BER_FALLBACK = "PKCS#7 certificates could not be parsed as DER"
 #: A certs-only reply carries a few certificates; anything far larger is not one.
 _MAX_BODY = 1 << 20
 _CHUNK = 16 * 1024
@@ -201,7 +203,12 @@ def parse_certs_only(
         raise EstError(f"EST {operation}: reply Content-Type is {shown!r}, not {_PKCS7}{hint}")
     der = _decode_body(operation, body)
     try:
-        certificates = pkcs7.load_der_pkcs7_certificates(der)
+        with warnings.catch_warnings():
+            # A certs-only bag whose SET OF is not in DER order (openssl writes the order it
+            # is given) is valid BER, and cryptography parses it, warning: not the user's
+            # concern, and with warnings as errors it would refuse a good reply.
+            warnings.filterwarnings("ignore", _BER_FALLBACK, UserWarning)
+            certificates = pkcs7.load_der_pkcs7_certificates(der)
     except (ValueError, UnsupportedAlgorithm) as exc:
         raise EstError(f"EST {operation}: reply is not a PKCS#7 certs-only structure") from exc
     if not certificates:
