@@ -30,6 +30,8 @@
     │                                       an expired client certificate, an unknown cipher suite)
     ├── TlsError (also OSError): a TLS handshake or record failure (device certificate refused,
     │                            no cipher suite in common, an alert from the device)
+    ├── JournalError (also ValueError): a file that is not an unskit journal (the idempotency
+    │                                    records' file), or a record too large for one
     ├── DeviceError: a southbound device that cannot be reached or answered with an error;
     │                `connection_lost` asks the runtime to reconnect with backoff
     ├── EstError: an EST (RFC 7030) enrollment that failed: server unreachable, TLS refused,
@@ -64,6 +66,7 @@ __all__ = [
     "EnvelopeError",
     "EstError",
     "ImageError",
+    "JournalError",
     "MessagingError",
     "PublishError",
     "RequestTimeoutError",
@@ -177,6 +180,10 @@ class CredentialError(UnskitError, ValueError):
 
 class TlsError(UnskitError, OSError):
     """A TLS handshake or record failure (refused certificate, no common suite, alert)."""
+
+
+class JournalError(UnskitError, ValueError):
+    """A file that is not an unskit journal, or a record too large for one."""
 
 
 class DeviceError(UnskitError):

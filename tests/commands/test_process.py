@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from tests.commands.conftest import sample_document
 from tests.support.mosquitto import Mosquitto
 from tests.support.servers import wait_until
 from unskit.commands import CommandClient
+from unskit.commands.idempotency import journaled_states
 from unskit.config.model import BrokerConfig, MessagingConfig
 from unskit.errors import CommandError
 from unskit.messaging import MessagingClient
@@ -67,12 +67,11 @@ def answering(client: CommandClient) -> bool:
 
 
 def pending_request_ids(state_dir: Path) -> set[str]:
-    path = state_dir / "gw" / "sample" / "commands.sqlite3"
+    path = state_dir / "gw" / "sample" / "commands.journal"
     if not path.exists():
         return set()
-    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-        rows = db.execute("SELECT request_id FROM idempotency WHERE state = 'pending'")
-        return {row[0] for row in rows}
+    states = journaled_states(path)
+    return {key.request_id for key, state in states.items() if state == "pending"}
 
 
 def test_outcomes_survive_sigkill_and_lost_ones_are_unknown(setup, tmp_path) -> None:

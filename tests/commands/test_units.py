@@ -1,21 +1,11 @@
-"""The inbox's parts without a broker: field validators, cursors, the idempotency store."""
+"""The inbox's parts without a broker: field validators, cursors, the commands configuration."""
 
 from __future__ import annotations
 
-import contextlib
 import math
-import shutil
-import signal
-import sqlite3
-import subprocess
-import sys
-import threading
-import time
-from pathlib import Path
 
 import pytest
 
-from tests.support.servers import wait_until
 from unskit.commands import (
     CURSOR,
     ID,
@@ -25,7 +15,6 @@ from unskit.commands import (
     REQUEST_ID,
     BodySpec,
     Choice,
-    IdempotencyStore,
     Integer,
     ListOf,
     Number,
@@ -34,12 +23,6 @@ from unskit.commands import (
     Text,
     Verb,
     single_instance,
-)
-from unskit.commands.idempotency import (
-    CHECKPOINT_EVERY_COMMITS,
-    ClaimKind,
-    IdempotencyKey,
-    arguments_hash,
 )
 from unskit.commands.paging import CursorBook
 from unskit.commands.verbs import Kind, RequestIdRule
@@ -158,247 +141,6 @@ def test_cursor_refusals() -> None:
         expired.next("owner", stale, 1)
 
 
-# -- the idempotency store ------------------------------------------------------------------------
-
-KEY = IdempotencyKey("camera-adapter", "cam-1", "req-1")
-
-
-def test_claim_lifecycle(tmp_path) -> None:
-    store = IdempotencyStore(tmp_path / "idem.sqlite3")
-    digest = arguments_hash("capture", {"profile": "default"})
-    assert store.claim(KEY, digest).kind is ClaimKind.NEW
-    duplicate = store.claim(KEY, digest)
-    assert duplicate.kind is ClaimKind.IN_FLIGHT
-    assert duplicate.waiter is not None
-    assert store.claim(KEY, arguments_hash("capture", {"profile": "other"})).kind is (
-        ClaimKind.CONFLICT
-    )
-    store.complete(KEY, {"captureId": "cap_1"})
-    assert duplicate.waiter.result(1) == {"captureId": "cap_1"}
-    replay = store.claim(KEY, digest)
-    assert replay.kind is ClaimKind.REPLAY
-    assert replay.outcome == {"captureId": "cap_1"}
-    store.close()
-
-
-def test_pending_claims_of_an_earlier_run_are_unknown(tmp_path) -> None:
-    path = tmp_path / "idem.sqlite3"
-    digest = arguments_hash("capture", {})
-    first = IdempotencyStore(path)
-    assert first.claim(KEY, digest).kind is ClaimKind.NEW
-    first.close()
-    second = IdempotencyStore(path)
-    assert second.claim(KEY, digest).kind is ClaimKind.UNKNOWN
-    assert second.claim(KEY, arguments_hash("capture", {"x": 1})).kind is ClaimKind.CONFLICT
-
-
-def test_forget_lets_a_retry_run_again(tmp_path) -> None:
-    store = IdempotencyStore(tmp_path / "idem.sqlite3")
-    digest = arguments_hash("v", {})
-    assert store.claim(KEY, digest).kind is ClaimKind.NEW
-    store.forget(KEY, {"errorCode": "QUEUE_FULL", "errorMessage": "full"})
-    assert store.claim(KEY, digest).kind is ClaimKind.NEW
-
-
-def test_retention_and_record_bound(tmp_path) -> None:
-    path = tmp_path / "idem.sqlite3"
-    store = IdempotencyStore(path, max_records=100)
-    for i in range(150):
-        key = IdempotencyKey("c", "", f"r{i}")
-        store.claim(key, "h")
-        store.complete(key, {"i": i})
-    assert store.count() == 150
-    assert store.prune() == 50
-    assert store.count() == 100
-    # The oldest went first.
-    assert store.claim(IdempotencyKey("c", "", "r149"), "h").kind is ClaimKind.REPLAY
-    store.close()
-    with sqlite3.connect(path) as db:
-        db.execute("UPDATE idempotency SET updated_ms = 0 WHERE request_id = 'r120'")
-    reopened = IdempotencyStore(path, retention_seconds=3600)
-    assert reopened.count() == 99, "records older than the retention are pruned at open"
-
-
-def test_the_store_is_safe_across_threads(tmp_path) -> None:
-    store = IdempotencyStore(tmp_path / "idem.sqlite3")
-    kinds: list[ClaimKind] = []
-    lock = threading.Lock()
-
-    def claim() -> None:
-        kind = store.claim(KEY, "same").kind
-        with lock:
-            kinds.append(kind)
-
-    threads = [threading.Thread(target=claim) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
-    assert sorted(kind.value for kind in kinds) == ["in-flight"] * 7 + ["new"]
-
-
-def test_concurrent_claims_of_many_keys_run_each_once_and_every_duplicate_gets_the_outcome(
-    tmp_path,
-) -> None:
-    # Duplicates share one waiter, made by the first of them; four threads per key claim at
-    # once, so some land before, some after each complete(); each ends with a replay.
-    store = IdempotencyStore(tmp_path / "idem.sqlite3")
-    keys = [IdempotencyKey("c", "cam-1", f"r{i}") for i in range(6)]
-    claims: dict[IdempotencyKey, list] = {key: [] for key in keys}
-    lock = threading.Lock()
-    start = threading.Barrier(24)
-    errors: list[BaseException] = []
-
-    def claimer(key: IdempotencyKey) -> None:
-        try:
-            start.wait(10)
-            while True:
-                claim = store.claim(key, "h")
-                with lock:
-                    claims[key].append(claim)
-                if claim.kind is ClaimKind.NEW:
-                    store.complete(key, {"ran": key.request_id})
-                elif claim.kind is ClaimKind.IN_FLIGHT:
-                    claim.waiter.result(10)  # then claims again, and must find the outcome
-                else:
-                    return
-        except BaseException as error:  # reported below, in the test's thread
-            errors.append(error)
-
-    threads = [threading.Thread(target=claimer, args=(keys[i % 6],)) for i in range(24)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    store.close()
-    assert not errors
-    assert not any(thread.is_alive() for thread in threads)
-    for key in keys:
-        kinds = [claim.kind for claim in claims[key]]
-        assert kinds.count(ClaimKind.NEW) == 1, kinds
-        assert set(kinds) <= {ClaimKind.NEW, ClaimKind.IN_FLIGHT, ClaimKind.REPLAY}
-        waiters = {id(c.waiter) for c in claims[key] if c.kind is ClaimKind.IN_FLIGHT}
-        assert len(waiters) <= 1, "duplicates of one claim wait on one future"
-        for claim in claims[key]:
-            if claim.kind is ClaimKind.IN_FLIGHT:
-                assert claim.waiter.result(5) == {"ran": key.request_id}
-            elif claim.kind is ClaimKind.REPLAY:
-                assert claim.outcome == {"ran": key.request_id}
-
-
-def test_a_new_store_file_has_small_pages_and_an_old_one_keeps_its_own(tmp_path) -> None:
-    from unskit.commands import idempotency
-
-    def page_size(path: Path) -> int:
-        with contextlib.closing(sqlite3.connect(path)) as db:
-            return int(db.execute("PRAGMA page_size").fetchone()[0])
-
-    new = tmp_path / "new.sqlite3"
-    IdempotencyStore(new).close()
-    assert page_size(new) == idempotency.PAGE_SIZE == 1024
-    old = tmp_path / "old.sqlite3"
-    with contextlib.closing(sqlite3.connect(old)) as db:
-        db.execute("PRAGMA page_size=4096")
-        db.execute("PRAGMA journal_mode=WAL")
-        db.executescript(idempotency._SCHEMA)
-        db.execute(
-            "INSERT INTO idempotency VALUES ('c', '', 'r1', 'h', 'b', 'done', '{\"i\": 1}', 1, ?)",
-            (int(time.time() * 1000),),
-        )
-        db.commit()
-    store = IdempotencyStore(old)
-    try:
-        replay = store.claim(IdempotencyKey("c", "", "r1"), "h")
-        assert (replay.kind, replay.outcome) == (ClaimKind.REPLAY, {"i": 1})
-        assert store.claim(IdempotencyKey("c", "", "r2"), "h").kind is ClaimKind.NEW
-    finally:
-        store.close()
-    assert page_size(old) == 4096
-
-
-def _in_database_file(path: Path) -> int:
-    """Records the database file holds without its WAL (a copy of the file alone is read)."""
-    alone = path.with_name("alone.sqlite3")
-    shutil.copyfile(path, alone)
-    try:
-        with contextlib.closing(sqlite3.connect(alone)) as db:
-            return int(db.execute("SELECT count(*) FROM idempotency").fetchone()[0])
-    except sqlite3.OperationalError:  # not even the table: everything is in the WAL
-        return 0
-    finally:
-        alone.unlink()
-
-
-def test_checkpoints_run_off_the_request_path(tmp_path) -> None:
-    path = tmp_path / "idem.sqlite3"
-    store = IdempotencyStore(path)
-    # SQLite's automatic checkpoint (and its fsyncs) never runs inside a request's commit.
-    assert store._db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
-    for i in range(CHECKPOINT_EVERY_COMMITS // 2 - 1):
-        key = IdempotencyKey("c", "", f"r{i}")
-        store.claim(key, "h")
-        store.complete(key, {"i": i})
-    assert store.checkpoints == 0
-    assert _in_database_file(path) == 0  # all of it in the WAL so far
-    key = IdempotencyKey("c", "", "last")
-    store.claim(key, "h")
-    store.complete(key, {"i": "last"})  # the commit that makes a checkpoint due
-    wait_until(lambda: store.checkpoints == 1, 10, "the checkpointer to fold the WAL back")
-    assert _in_database_file(path) == CHECKPOINT_EVERY_COMMITS // 2
-    assert store.claim(key, "h").kind is ClaimKind.REPLAY
-    checkpointer = store._checkpointer
-    store.close()
-    assert not checkpointer.is_alive()
-
-
-_KILLED_WRITER = """
-import sys
-from unskit.commands import idempotency
-from unskit.commands.idempotency import IdempotencyKey, IdempotencyStore
-idempotency.CHECKPOINT_IDLE_SECS = 3600  # and fewer commits than make one due: all in the WAL
-store = IdempotencyStore(sys.argv[1])
-for i in range(200):
-    key = IdempotencyKey("c", "", f"r{i}")
-    store.claim(key, "h")
-    store.complete(key, {"i": i})
-store.claim(IdempotencyKey("c", "", "pending"), "h")
-print("written", flush=True)
-sys.stdin.read()
-"""
-
-
-@pytest.mark.integration
-def test_records_only_in_the_wal_survive_sigkill(tmp_path) -> None:
-    path = tmp_path / "idem.sqlite3"
-    child = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_WRITER, str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline() == b"written\n"
-        assert _in_database_file(path) == 0  # nothing was checkpointed before the kill
-        child.send_signal(signal.SIGKILL)
-        assert child.wait(10) == -signal.SIGKILL
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(10)
-        for pipe in (child.stdin, child.stdout):
-            if pipe is not None:
-                pipe.close()
-    store = IdempotencyStore(path)
-    try:
-        replay = store.claim(IdempotencyKey("c", "", "r199"), "h")
-        assert replay.kind is ClaimKind.REPLAY
-        assert replay.outcome == {"i": 199}
-        assert store.claim(IdempotencyKey("c", "", "pending"), "h").kind is ClaimKind.UNKNOWN
-        assert store.count() == 201
-    finally:
-        store.close()
-
-
 # -- the commands section of the configuration ----------------------------------------------------
 
 
@@ -442,7 +184,7 @@ def test_state_directory_defaults(monkeypatch, tmp_path) -> None:
     from unskit.config.model import CommandsConfig
 
     monkeypatch.setenv("UNSKIT_STATE_DIR", str(tmp_path / "state"))
-    assert CommandsConfig().store_path("gw", "cam") == tmp_path / "state/gw/cam/commands.sqlite3"
+    assert CommandsConfig().store_path("gw", "cam") == tmp_path / "state/gw/cam/commands.journal"
     monkeypatch.delenv("UNSKIT_STATE_DIR")
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
     assert CommandsConfig().store_path("gw", "cam").parent == tmp_path / "xdg/unskit/gw/cam"

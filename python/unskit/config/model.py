@@ -172,7 +172,7 @@ class CommandsConfig:
     max_body_depth: int = 20
 
     def store_path(self, thing: str, component: str) -> Path:
-        """``{stateDir}/{thing}/{component}/commands.sqlite3``; the state directory defaults
+        """``{stateDir}/{thing}/{component}/commands.journal``; the state directory defaults
         to $UNSKIT_STATE_DIR, else $XDG_STATE_HOME/unskit, else ~/.local/state/unskit."""
         if self.state_dir is not None:
             base = Path(self.state_dir)
@@ -182,7 +182,7 @@ class CommandsConfig:
             base = Path(os.environ["XDG_STATE_HOME"]) / "unskit"
         else:
             base = Path.home() / ".local" / "state" / "unskit"
-        return base / thing / component / "commands.sqlite3"
+        return base / thing / component / "commands.journal"
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ pub enum CoreError {
     Tls(String),
     /// A blocking socket operation that did not finish within its timeout.
     Timeout(String),
+    /// Bytes that are not a journal, or a record a journal cannot take.
+    InvalidJournal(String),
 }
 
 impl CoreError {
@@ -51,6 +53,7 @@ impl fmt::Display for CoreError {
             CoreError::Io { detail, .. } => write!(f, "{detail}"),
             CoreError::InvalidCredential(detail) => write!(f, "invalid TLS credential: {detail}"),
             CoreError::Tls(detail) | CoreError::Timeout(detail) => write!(f, "{detail}"),
+            CoreError::InvalidJournal(detail) => write!(f, "invalid journal: {detail}"),
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod cip;
 pub mod envelope;
 pub mod error;
 pub mod image;
+pub mod journal;
 pub mod signal;
 pub mod tls;
 

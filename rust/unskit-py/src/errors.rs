@@ -13,6 +13,7 @@ pyo3::import_exception!(unskit.errors, CipError);
 pyo3::import_exception!(unskit.errors, ImageError);
 pyo3::import_exception!(unskit.errors, CredentialError);
 pyo3::import_exception!(unskit.errors, TlsError);
+pyo3::import_exception!(unskit.errors, JournalError);
 
 pub fn to_py(error: CoreError) -> PyErr {
     match error {
@@ -27,6 +28,7 @@ pub fn to_py(error: CoreError) -> PyErr {
         CoreError::InvalidCredential(detail) => CredentialError::new_err(detail),
         CoreError::Tls(detail) => TlsError::new_err(detail),
         CoreError::Timeout(detail) => PyTimeoutError::new_err(detail),
+        CoreError::InvalidJournal(detail) => JournalError::new_err(detail),
         CoreError::Io { detail, errno } => match errno {
             Some(errno) => PyOSError::new_err((errno, detail)),
             None => PyOSError::new_err(detail),

@@ -11,6 +11,7 @@ mod envelope;
 mod errors;
 mod gil;
 mod image;
+mod journal;
 mod signal;
 mod tls;
 
@@ -41,5 +42,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     add_submodule(m, "signal", signal::register)?;
     add_submodule(m, "image", image::register)?;
     add_submodule(m, "tls", tls::register)?;
+    add_submodule(m, "journal", journal::register)?;
     Ok(())
 }

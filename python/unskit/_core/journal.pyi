@@ -1,0 +1,19 @@
+from os import PathLike
+from pathlib import Path
+from typing import final
+
+__all__ = ["Journal", "read"]
+
+def read(path: str | PathLike[str]) -> list[bytes]: ...
+
+@final
+class Journal:
+    @staticmethod
+    def open(
+        path: str | PathLike[str], *, sync: bool = False
+    ) -> tuple[Journal, list[bytes], int]: ...
+    def append(self, record: bytes) -> None: ...
+    def rewrite(self, records: list[bytes]) -> None: ...
+    def close(self) -> None: ...
+    @property
+    def path(self) -> Path: ...
