@@ -5,7 +5,9 @@ dynamic-security plugin, whose subscribe ACLs are changed live."""
 from __future__ import annotations
 
 import itertools
+import json
 import logging
+import signal
 import threading
 import uuid
 from collections.abc import Iterator
@@ -15,8 +17,10 @@ import pytest
 
 from tests.messaging.conftest import broker_config
 from tests.messaging.test_client import Inbox, reading
+from tests.runtime.test_readiness_inbox import camera_config
 from tests.support.mosquitto import DynsecMosquitto
-from tests.support.servers import wait_until
+from tests.support.servers import component_process, free_port, readyz, wait_until
+from unskit.commands import CommandClient
 from unskit.config.model import BrokerCredentials, MessagingConfig
 from unskit.config.secrets import Secret
 from unskit.messaging import MessagingClient, QoS
@@ -185,3 +189,39 @@ def test_a_reconnect_resubscribes_a_refused_filter_and_drops_its_pending_retry(
         transport.close(2)
     finally:
         timer.stop()
+
+
+@pytest.mark.slow
+def test_a_component_whose_inbox_is_refused_answers_readyz_503_until_it_is_granted(
+    dynsec: DynsecMosquitto, tmp_path: Path
+) -> None:
+    health_port = free_port()
+    config, root = camera_config(tmp_path / "camera", dynsec.port, health_port)
+    creds = account(dynsec)
+    assert isinstance(creds.password, Secret)
+    document = json.loads(config.read_text())
+    document["messaging"]["local"]["credentials"] = {
+        "username": creds.username,
+        "password": creds.password.reveal(),
+    }
+    config.write_text(json.dumps(document))
+    messaging = started(dynsec, account(dynsec))
+    log = tmp_path / "camera.log"
+    try:
+        with component_process("camera-adapter", log, "-c", str(config), "-t", "gw") as proc:
+            wait_until(lambda: "refused the subscription" in log.read_text(), 30, "the refusal")
+            # Start-up has ended: the 503 below is the refused inbox's.
+            wait_until(lambda: "camera-adapter running" in log.read_text(), 30, "start-up")
+            wait_until(lambda: readyz(health_port) is not None, 30, "the probe server")
+            assert readyz(health_port) == 503
+            dynsec.default_subscribe(True)
+            wait_until(lambda: readyz(health_port) == 200, 30, "readiness after the grant")
+            client = CommandClient(messaging, "camera-adapter", "gw", root=root)
+            assert client.call("describe", timeout=10)["component"] == "camera-adapter"
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0, log.read_text()[-3000:]
+        text = log.read_text()
+        assert "link lost" not in text, text[-3000:]
+        assert "the broker granted the subscription" in text, text[-3000:]
+    finally:
+        messaging.close(2)
