@@ -66,11 +66,13 @@ class MessagingClient:
                 raise MessagingError(
                     "messaging.local is not configured and no local transport was given"
                 )
-            local = _mqtt(config.local, "local", secrets, persistent_session)
+            local = _mqtt(config.local, "local", secrets, persistent_session, self._timer)
         self._local = Link(local, config.local, self._timer)
         self._northbound: Link | None = None
         if northbound is None and config.northbound is not None:
-            northbound = _mqtt(config.northbound, "northbound", secrets, persistent_session)
+            northbound = _mqtt(
+                config.northbound, "northbound", secrets, persistent_session, self._timer
+            )
         if northbound is not None:
             forwarder = _forwarder(northbound, config.northbound)
             self._northbound = Link(northbound, config.northbound, self._timer, forwarder)
@@ -335,6 +337,8 @@ class MessagingClient:
         """Counters of the local (or northbound) link, with drops per subscription."""
         link = self._require_northbound() if northbound else self._local
         link.stats.dropped = {f: s.dropped for f, s in link.subscriptions.items()}
+        # Only a transport with SUBACKs (MQTT) has subscriptions refused.
+        link.stats.refused_subscriptions = getattr(link.transport, "subscribe_refusals", 0)
         return link.stats
 
     def queued(self, topic_filter: str, northbound: bool = False) -> int:
@@ -375,9 +379,16 @@ def _json_bytes(document: Mapping[str, Any]) -> bytes:
 
 
 def _mqtt(
-    config: BrokerConfig, name: str, secrets: SecretResolver | None, persistent_session: bool
+    config: BrokerConfig,
+    name: str,
+    secrets: SecretResolver | None,
+    persistent_session: bool,
+    timer: DeadlineTimer,
 ) -> Transport:
-    return MqttTransport(config, name=name, secrets=secrets, persistent_session=persistent_session)
+    # The request deadlines' timer also paces the retries of refused subscriptions.
+    return MqttTransport(
+        config, name=name, secrets=secrets, persistent_session=persistent_session, timer=timer
+    )
 
 
 def _forwarder(transport: Transport, config: BrokerConfig | None) -> Forwarder | None:

@@ -46,6 +46,8 @@ class LinkStats:
     #: Replies not published, by `ReplyRefusal` value: no reply_to, or one that is not a
     #: reply topic.
     refused_replies: dict[str, int] = field(default_factory=dict)
+    #: Filters the broker refused in a SUBACK, every retry counted.
+    refused_subscriptions: int = 0
 
 
 class Link:

@@ -19,6 +19,7 @@ from unskit.config.model import BrokerConfig
 from unskit.config.secrets import SecretResolver, resolve_value
 from unskit.errors import MessagingError, PublishError
 from unskit.messaging.paho_adapter import BufferedClient, retarget, unacknowledged
+from unskit.messaging.requests import DeadlineTimer
 from unskit.messaging.transport import LinkCallback, MessageCallback, QoS
 
 __all__ = ["MAX_QUEUED_MESSAGES", "MqttTransport"]
@@ -66,6 +67,7 @@ class MqttTransport:
         secrets: SecretResolver | None = None,
         persistent_session: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        timer: DeadlineTimer | None = None,
     ) -> None:
         self._config = config
         self._persistent_session = persistent_session
@@ -86,6 +88,14 @@ class MqttTransport:
         self._dropped_qos0 = 0
         self._refused = 0
         self._subscribes_sent = 0
+        # Filters the broker refused, each with the refusals of its current streak, and the
+        # one scheduled re-SUBSCRIBE of them all. The timer is the messaging client's, else
+        # one of our own made at the first refusal.
+        self._retrying: dict[str, int] = {}
+        self._retry: int | None = None
+        self._timer = timer
+        self._own_timer: DeadlineTimer | None = None
+        self._subscribe_refusals = 0
         self._client: paho.Client | None = None
         self._on_message: MessageCallback | None = None
         self._on_link: LinkCallback | None = None
@@ -258,6 +268,10 @@ class MqttTransport:
         with self._lock:
             known = [f for f in topic_filters if self._filters.pop(f, None) is not None]
             self._acknowledged.difference_update(known)
+            for topic_filter in known:
+                self._retrying.pop(topic_filter, None)
+            if not self._retrying:
+                self._cancel_retry()
             connected = self._connected
         if known and connected:
             client.unsubscribe(known)
@@ -295,6 +309,17 @@ class MqttTransport:
         return self._dropped_qos0 + self._refused
 
     @property
+    def subscribe_refusals(self) -> int:
+        """Filters the broker refused in a SUBACK since start, every retry counted."""
+        return self._subscribe_refusals
+
+    @property
+    def refused_filters(self) -> list[str]:
+        """Filters the broker refused that wait for a retry (readiness waits with them)."""
+        with self._lock:
+            return list(self._retrying)
+
+    @property
     def filters(self) -> dict[str, QoS]:
         """The filters this link keeps subscribed (a copy)."""
         with self._lock:
@@ -308,6 +333,10 @@ class MqttTransport:
         deadline = self._clock() + timeout
         with self._lock:
             self._closed = True
+            self._cancel_retry()
+            own_timer, self._own_timer = self._own_timer, None
+        if own_timer is not None:
+            own_timer.stop()
         # paho's on_publish callback would tell us each acknowledgement, but setting it
         # costs a third of QoS 0 throughput; at shutdown a short bounded poll is cheaper.
         pause = threading.Event()
@@ -345,6 +374,8 @@ class MqttTransport:
             # broker kept the session: readiness waits for this connection's SUBACK.
             self._acknowledged.clear()
             self._awaiting_suback.clear()
+            # This SUBSCRIBE carries the refused filters too.
+            self._cancel_retry()
             filters = list(self._filters.items())
             if filters:
                 self._send_subscribe(client, filters)
@@ -368,6 +399,7 @@ class MqttTransport:
             was_connected, self._connected = self._connected, False
             self._acknowledged.clear()
             self._awaiting_suback.clear()
+            self._cancel_retry()
             now = self._clock()
             stable = (
                 self._connected_at is not None
@@ -434,20 +466,93 @@ class MqttTransport:
             filters = self._awaiting_suback.pop(mid, None)
             if filters is None:
                 return
-            refused = []
+            refused: list[tuple[str, int]] = []
+            granted: list[tuple[str, int]] = []
             # A short SUBACK leaves the filters it does not mention unacknowledged.
             for topic_filter, reason in zip(filters, reason_codes, strict=False):
+                if topic_filter not in self._filters:
+                    continue  # unsubscribed meanwhile
                 if reason.is_failure:
-                    refused.append(topic_filter)
-                elif topic_filter in self._filters:
+                    self._subscribe_refusals += 1
+                    self._acknowledged.discard(topic_filter)
+                    streak = self._retrying.get(topic_filter, 0) + 1
+                    self._retrying[topic_filter] = streak
+                    refused.append((topic_filter, streak))
+                else:
                     self._acknowledged.add(topic_filter)
+                    streak = self._retrying.pop(topic_filter, 0)
+                    if streak:
+                        granted.append((topic_filter, streak))
+            delay = self._schedule_retry() if refused else None
             self._subacks.notify_all()
-        if refused:
-            _log.error(
-                "messaging %s: the broker refused the subscription to %s",
+        retry = "" if delay is None else f" in {delay:.1f} s"
+        for topic_filter, streak in refused:
+            # Once per streak as an error; the retries that follow only at debug level.
+            if streak == 1:
+                _log.error(
+                    "messaging %s: the broker refused the subscription to %r; retrying%s until "
+                    "it is granted (further refusals are logged at debug level)",
+                    self._name,
+                    topic_filter,
+                    retry,
+                )
+            else:
+                _log.debug(
+                    "messaging %s: the broker refused the subscription to %r again (%d in a "
+                    "row), retrying%s",
+                    self._name,
+                    topic_filter,
+                    streak,
+                    retry,
+                )
+        for topic_filter, streak in granted:
+            _log.info(
+                "messaging %s: the broker granted the subscription to %r after %d refusals",
                 self._name,
-                ", ".join(repr(f) for f in refused),
+                topic_filter,
+                streak,
             )
+
+    def _schedule_retry(self) -> float | None:
+        """Arms the one re-SUBSCRIBE of the refused filters, unless armed; returns its delay.
+        Called with the lock held."""
+        if self._retry is not None or self._closed or not self._connected:
+            return None
+        # The freshest refusal sets the pace, so a newly refused filter is retried soon.
+        streak = min(self._retrying.values(), default=1)
+        window = min(BACKOFF_MAX_SECS, BACKOFF_BASE_SECS * 2 ** min(streak, 16))
+        delay = random.uniform(BACKOFF_BASE_SECS, window)
+        timer = self._timer
+        if timer is None:
+            if self._own_timer is None:
+                self._own_timer = DeadlineTimer(f"unskit-{self._name}-resubscribe", self._clock)
+            timer = self._own_timer
+        self._retry = timer.call_later(delay, self._resubscribe_refused)
+        return delay
+
+    def _cancel_retry(self) -> None:
+        # Called with the lock held.
+        handle, self._retry = self._retry, None
+        if handle is not None:
+            timer = self._timer or self._own_timer
+            if timer is not None:
+                timer.cancel(handle)
+
+    def _resubscribe_refused(self) -> None:
+        """The retry (timer thread): one SUBSCRIBE of the refused filters not in flight."""
+        client = self._client
+        with self._lock:
+            self._retry = None
+            if client is None or self._closed or not self._connected:
+                return
+            in_flight = {f for filters in self._awaiting_suback.values() for f in filters}
+            due = [
+                (f, self._filters[f])
+                for f in self._retrying
+                if f in self._filters and f not in in_flight
+            ]
+            if due:
+                self._send_subscribe(client, due)
 
     def _handle_message(self, _c: paho.Client, _u: Any, message: paho.MQTTMessage) -> None:
         if self._on_message is not None:
