@@ -209,7 +209,7 @@ class CommandInbox:
         # requests still arriving are answered COMPONENT_STOPPING).
 
     def close_store(self) -> None:
-        """Closes the idempotency store (its connections and checkpoint thread); once the
+        """Closes the idempotency store (its journal, and the lock on it); once the
         broker link is closed, since a request served after it would find no store."""
         self._store.close()
 

@@ -173,9 +173,7 @@ impl Journal {
             let beside = PathBuf::from(beside);
             // A rewrite a crash interrupted left this behind; it is never read.
             match fs::remove_file(&beside) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                    return Err(io_error(e, &beside))
-                }
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io_error(e, &beside)),
                 _ => {}
             }
             let mut file = open_locked(&beside)?;
