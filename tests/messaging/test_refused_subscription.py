@@ -9,6 +9,7 @@ import json
 import logging
 import signal
 import threading
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 
 from tests.messaging.conftest import broker_config
 from tests.messaging.test_client import Inbox, reading
+from tests.runtime.test_metrics import parse_exposition
 from tests.runtime.test_readiness_inbox import camera_config
 from tests.support.mosquitto import DynsecMosquitto
 from tests.support.servers import component_process, free_port, readyz, wait_until
@@ -191,11 +193,27 @@ def test_a_reconnect_resubscribes_a_refused_filter_and_drops_its_pending_retry(
         timer.stop()
 
 
+def refusals(scrape_port: int) -> float:
+    """``messaging/refusedSubscriptions{link="local"}`` as the component's scrape endpoint
+    shows it (0 before the first emit)."""
+    url = f"http://127.0.0.1:{scrape_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        _, values = parse_exposition(response.read().decode())
+    return max(
+        (
+            v
+            for (name, labels), v in values.items()
+            if name == "messaging_refusedSubscriptions" and ("link", "local") in labels
+        ),
+        default=0.0,
+    )
+
+
 @pytest.mark.slow
 def test_a_component_whose_inbox_is_refused_answers_readyz_503_until_it_is_granted(
     dynsec: DynsecMosquitto, tmp_path: Path
 ) -> None:
-    health_port = free_port()
+    health_port, scrape_port = free_port(), free_port()
     config, root = camera_config(tmp_path / "camera", dynsec.port, health_port)
     creds = account(dynsec)
     assert isinstance(creds.password, Secret)
@@ -203,6 +221,10 @@ def test_a_component_whose_inbox_is_refused_answers_readyz_503_until_it_is_grant
     document["messaging"]["local"]["credentials"] = {
         "username": creds.username,
         "password": creds.password.reveal(),
+    }
+    document["metricEmission"] = {
+        "target": "scrape",
+        "targetConfig": {"host": "127.0.0.1", "port": scrape_port},
     }
     config.write_text(json.dumps(document))
     messaging = started(dynsec, account(dynsec))
@@ -214,6 +236,7 @@ def test_a_component_whose_inbox_is_refused_answers_readyz_503_until_it_is_grant
             wait_until(lambda: "camera-adapter running" in log.read_text(), 30, "start-up")
             wait_until(lambda: readyz(health_port) is not None, 30, "the probe server")
             assert readyz(health_port) == 503
+            wait_until(lambda: refusals(scrape_port) >= 1, 30, "the refusal in the metrics")
             dynsec.default_subscribe(True)
             wait_until(lambda: readyz(health_port) == 200, 30, "readiness after the grant")
             client = CommandClient(messaging, "camera-adapter", "gw", root=root)

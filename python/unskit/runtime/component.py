@@ -173,7 +173,9 @@ class Runtime:
 
     def _observe_link(self, link: str, config: MessagingConfig) -> None:
         """``messaging/connectedEndpoint{link,endpoint}`` (1 for the broker the link is on,
-        0 for the other listed ones) and ``messaging/failovers{link}`` at each emit."""
+        0 for the other listed ones), ``messaging/failovers{link}`` and
+        ``messaging/refusedSubscriptions{link}`` (SUBACK refusals, retries counted) at each
+        emit."""
         broker = config.northbound if link == "northbound" else config.local
         assert broker is not None
         status = functools.partial(self.get_messaging().link_status, link == "northbound")
@@ -189,6 +191,13 @@ class Runtime:
             )
         self.metrics.observe(
             "messaging", "failovers", lambda: status()["failovers"], {"link": link}
+        )
+        stats = functools.partial(self.get_messaging().stats, link == "northbound")
+        self.metrics.observe(
+            "messaging",
+            "refusedSubscriptions",
+            lambda: stats().refused_subscriptions,
+            {"link": link},
         )
 
     def messaging_status(self) -> dict[str, Any]:
