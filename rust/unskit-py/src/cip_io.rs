@@ -1,13 +1,14 @@
 //! Binding of `unskit_core::cip::io`: the class-1 I/O engine, its thread off the GIL.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyDict, PyInt, PyList, PyString, PyTuple};
 use unskit_core::cip::io::{self, ConnectionSetup, EngineOptions};
-use unskit_core::cip::plan::Value;
+use unskit_core::cip::plan::{Scalar, Value};
 
 use crate::cip::{format_of, py_of_value, InputPlan};
 use crate::errors::{cip_error, to_py};
@@ -44,6 +45,58 @@ fn ipv4(text: &str, what: &str) -> PyResult<Ipv4Addr> {
 
 /// (signal id, value) of one field of `read`.
 type PyReading<'py> = (String, Bound<'py, PyAny>);
+
+/// Hashes a signal id's address: a poll looks one up per sample, and SipHash was a
+/// tenth of the poll loop's time at full speed. The addresses are the engine's own.
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// The Python object of an integer column entry, made once for a run of equal ones (a
+/// batch's samples share their receive milliseconds and mostly their key).
+struct LastInt<'py>(Option<(u64, Bound<'py, PyInt>)>);
+
+impl<'py> LastInt<'py> {
+    fn get(&mut self, py: Python<'py>, n: u64) -> Bound<'py, PyInt> {
+        match &self.0 {
+            Some((last, obj)) if *last == n => obj.clone(),
+            _ => {
+                let obj = n.into_pyobject(py).unwrap_or_else(|e| match e {});
+                self.0 = Some((n, obj.clone()));
+                obj
+            }
+        }
+    }
+}
+
+/// A sample's value; a scalar integer within i64 skips the 128-bit conversion.
+fn value_of<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+    match value {
+        Value::Scalar(Scalar::Int(i)) => match i64::try_from(*i) {
+            Ok(small) => Ok(small
+                .into_pyobject(py)
+                .unwrap_or_else(|e| match e {})
+                .into_any()),
+            Err(_) => py_of_value(py, value),
+        },
+        _ => py_of_value(py, value),
+    }
+}
 
 /// Samples and watchdog expiries since the last poll, as columns: one list per column
 /// rather than a tuple per sample, so a large batch leaves the cyclic GC next to nothing to
@@ -179,7 +232,9 @@ impl IoEngine {
         let engine = &self.inner;
         let (samples, timed_out) = detached(py, move || engine.poll(timeout, max_samples));
         // One Python str per signal id per batch.
-        let mut names: HashMap<*const u8, Bound<'_, PyString>> = HashMap::new();
+        let mut names: HashMap<*const u8, Bound<'_, PyString>, BuildHasherDefault<AddressHasher>> =
+            HashMap::default();
+        let (mut last_key, mut last_ts) = (LastInt(None), LastInt(None));
         let n = samples.len();
         let (mut keys, mut ids, mut values, mut ts, mut runs) = (
             Vec::with_capacity(n),
@@ -189,15 +244,15 @@ impl IoEngine {
             Vec::with_capacity(n),
         );
         for s in &samples {
-            keys.push(s.key);
+            keys.push(last_key.get(py, s.key));
             ids.push(
                 names
                     .entry(s.signal.as_ptr())
                     .or_insert_with(|| PyString::new(py, &s.signal))
                     .clone(),
             );
-            values.push(py_of_value(py, &s.value)?);
-            ts.push(s.ts_ms);
+            values.push(value_of(py, &s.value)?);
+            ts.push(last_ts.get(py, s.ts_ms));
             runs.push(s.run);
         }
         Ok(IoBatch {

@@ -678,11 +678,20 @@ impl Dispatcher {
 
     /// Moves up to `max` samples, oldest first, and every timeout event out.
     pub fn drain(&mut self, max: usize) -> (Vec<Sample>, Vec<u64>) {
+        let (samples, timeouts) = self.take(max);
+        (samples.into(), timeouts)
+    }
+
+    /// [`drain`](Self::drain) in O(1) when it takes the whole queue (the caller makes a
+    /// Vec of it after letting go of the lock): the queue gets a fresh block as large.
+    fn take(&mut self, max: usize) -> (VecDeque<Sample>, Vec<u64>) {
         let n = max.min(self.queue.len());
-        (
-            self.queue.drain(..n).collect(),
-            std::mem::take(&mut self.timeouts),
-        )
+        let samples = if n == self.queue.len() {
+            std::mem::replace(&mut self.queue, VecDeque::with_capacity(n))
+        } else {
+            self.queue.drain(..n).collect()
+        };
+        (samples, std::mem::take(&mut self.timeouts))
     }
 
     /// Every field of the last good T-to-O assembly, ungated; None before the first.
@@ -1251,7 +1260,9 @@ impl IoEngine {
                 Err(poisoned) => poisoned.into_inner().0,
             };
         }
-        d.drain(max)
+        let (samples, timeouts) = d.take(max);
+        drop(d);
+        (samples.into(), timeouts)
     }
 
     pub fn read(&self, key: u64) -> Result<Option<Vec<Reading>>, CoreError> {
