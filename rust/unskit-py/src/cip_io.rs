@@ -1,7 +1,5 @@
 //! Binding of `unskit_core::cip::io`: the class-1 I/O engine, its thread off the GIL.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
@@ -45,27 +43,6 @@ fn ipv4(text: &str, what: &str) -> PyResult<Ipv4Addr> {
 
 /// (signal id, value) of one field of `read`.
 type PyReading<'py> = (String, Bound<'py, PyAny>);
-
-/// Hashes a signal id's address: a poll looks one up per sample, and SipHash was a
-/// tenth of the poll loop's time at full speed. The addresses are the engine's own.
-#[derive(Default)]
-struct AddressHasher(u64);
-
-impl Hasher for AddressHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
 
 /// The Python object of an integer column entry, made once for a run of equal ones (a
 /// batch's samples share their receive milliseconds and mostly their key).
@@ -230,10 +207,10 @@ impl IoEngine {
         }
         let timeout = Duration::from_secs_f64(timeout_s.min(1e9));
         let engine = &self.inner;
-        let (samples, timed_out) = detached(py, move || engine.poll(timeout, max_samples));
-        // One Python str per signal id per batch.
-        let mut names: HashMap<*const u8, Bound<'_, PyString>, BuildHasherDefault<AddressHasher>> =
-            HashMap::default();
+        let polled = detached(py, move || engine.poll_queued(timeout, max_samples));
+        let (samples, timed_out) = (polled.samples, polled.timed_out);
+        // One Python str per signal id per batch, found by the index the sample carries.
+        let mut names: Vec<Option<Bound<'_, PyString>>> = vec![None; polled.names.len()];
         let (mut last_key, mut last_ts) = (LastInt(None), LastInt(None));
         let n = samples.len();
         let (mut keys, mut ids, mut values, mut ts, mut runs) = (
@@ -245,10 +222,9 @@ impl IoEngine {
         );
         for s in &samples {
             keys.push(last_key.get(py, s.key));
+            let name = &mut names[s.signal as usize];
             ids.push(
-                names
-                    .entry(s.signal.as_ptr())
-                    .or_insert_with(|| PyString::new(py, &s.signal))
+                name.get_or_insert_with(|| PyString::new(py, &polled.names[s.signal as usize]))
                     .clone(),
             );
             values.push(value_of(py, &s.value)?);
