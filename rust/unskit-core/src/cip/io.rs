@@ -1979,7 +1979,29 @@ mod tests {
     }
 
     #[test]
-    fn recv_slots_take_a_burst_in_one_call_and_report_cut_lengths() {
+    fn queued_samples_name_their_signal_after_a_close_and_a_reopen_reuses_the_names() {
+        let t0 = Instant::now();
+        let mut d = opened(t0);
+        let me = from([127, 0, 0, 1]);
+        d.on_datagram(me, &dg(T2O, 1, &data(7, 100), true), t0, 1);
+        let names = d.names();
+        assert_eq!(names.len(), 2);
+        d.close(1).unwrap();
+        d.open(1, setup(T2O), t0).unwrap();
+        d.open(2, setup(T2O + 1), t0).unwrap();
+        assert_eq!(d.names(), names, "the same ids, the same indices");
+        let (samples, _) = d.drain(10);
+        let signals: Vec<&str> = samples.iter().map(|s| &*s.signal).collect();
+        assert_eq!(signals, ["a100/0/DINT", "a100/4/INT"]);
+        let read = d.read(2).unwrap();
+        assert_eq!(read, None);
+        d.on_datagram(me, &dg(T2O + 1, 1, &data(1, 2), true), t0, 1);
+        let read = d.read(2).unwrap().unwrap();
+        assert_eq!((&*read[0].0, &*read[1].0), ("a100/0/DINT", "a100/4/INT"));
+    }
+
+    #[test]
+    fn recv_slots_report_sources_lengths_and_cut_datagrams() {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         rx.set_nonblocking(true).unwrap();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
