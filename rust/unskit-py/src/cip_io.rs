@@ -1,13 +1,12 @@
 //! Binding of `unskit_core::cip::io`: the class-1 I/O engine, its thread off the GIL.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyDict, PyInt, PyList, PyString, PyTuple};
 use unskit_core::cip::io::{self, ConnectionSetup, EngineOptions};
-use unskit_core::cip::plan::Value;
+use unskit_core::cip::plan::{Scalar, Value};
 
 use crate::cip::{format_of, py_of_value, InputPlan};
 use crate::errors::{cip_error, to_py};
@@ -44,6 +43,37 @@ fn ipv4(text: &str, what: &str) -> PyResult<Ipv4Addr> {
 
 /// (signal id, value) of one field of `read`.
 type PyReading<'py> = (String, Bound<'py, PyAny>);
+
+/// The Python object of an integer column entry, made once for a run of equal ones (a
+/// batch's samples share their receive milliseconds and mostly their key).
+struct LastInt<'py>(Option<(u64, Bound<'py, PyInt>)>);
+
+impl<'py> LastInt<'py> {
+    fn get(&mut self, py: Python<'py>, n: u64) -> Bound<'py, PyInt> {
+        match &self.0 {
+            Some((last, obj)) if *last == n => obj.clone(),
+            _ => {
+                let obj = n.into_pyobject(py).unwrap_or_else(|e| match e {});
+                self.0 = Some((n, obj.clone()));
+                obj
+            }
+        }
+    }
+}
+
+/// A sample's value; a scalar integer within i64 skips the 128-bit conversion.
+fn value_of<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+    match value {
+        Value::Scalar(Scalar::Int(i)) => match i64::try_from(*i) {
+            Ok(small) => Ok(small
+                .into_pyobject(py)
+                .unwrap_or_else(|e| match e {})
+                .into_any()),
+            Err(_) => py_of_value(py, value),
+        },
+        _ => py_of_value(py, value),
+    }
+}
 
 /// Samples and watchdog expiries since the last poll, as columns: one list per column
 /// rather than a tuple per sample, so a large batch leaves the cyclic GC next to nothing to
@@ -177,9 +207,11 @@ impl IoEngine {
         }
         let timeout = Duration::from_secs_f64(timeout_s.min(1e9));
         let engine = &self.inner;
-        let (samples, timed_out) = detached(py, move || engine.poll(timeout, max_samples));
-        // One Python str per signal id per batch.
-        let mut names: HashMap<*const u8, Bound<'_, PyString>> = HashMap::new();
+        let polled = detached(py, move || engine.poll_queued(timeout, max_samples));
+        let (samples, timed_out) = (polled.samples, polled.timed_out);
+        // One Python str per signal id per batch, found by the index the sample carries.
+        let mut names: Vec<Option<Bound<'_, PyString>>> = vec![None; polled.names.len()];
+        let (mut last_key, mut last_ts) = (LastInt(None), LastInt(None));
         let n = samples.len();
         let (mut keys, mut ids, mut values, mut ts, mut runs) = (
             Vec::with_capacity(n),
@@ -189,15 +221,14 @@ impl IoEngine {
             Vec::with_capacity(n),
         );
         for s in &samples {
-            keys.push(s.key);
+            keys.push(last_key.get(py, s.key));
+            let name = &mut names[s.signal as usize];
             ids.push(
-                names
-                    .entry(s.signal.as_ptr())
-                    .or_insert_with(|| PyString::new(py, &s.signal))
+                name.get_or_insert_with(|| PyString::new(py, &polled.names[s.signal as usize]))
                     .clone(),
             );
-            values.push(py_of_value(py, &s.value)?);
-            ts.push(s.ts_ms);
+            values.push(value_of(py, &s.value)?);
+            ts.push(last_ts.get(py, s.ts_ms));
             runs.push(s.run);
         }
         Ok(IoBatch {

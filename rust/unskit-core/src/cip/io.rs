@@ -28,8 +28,16 @@ pub const DEFAULT_QUEUE_CAPACITY: usize = 100_000;
 pub const RECV_BUFFER_BYTES: usize = 4 << 20;
 /// Productions whose lateness the percentiles cover.
 const LATENESS_WINDOW: usize = 1024;
-/// Datagrams received in one go before the thread looks at the time and its commands.
+/// Datagrams received in one go (one recvmmsg call) before the thread looks at its commands.
 const RECV_BATCH: usize = 256;
+/// The receive slot of a datagram when no connection accepts longer ones; longer
+/// datagrams are cut to their slot and dropped as whole ones would be (see `on_received`).
+const MIN_SLOT_BYTES: usize = 2048;
+/// What all receive slots together may take (fewer slots when a connection's datagrams
+/// need larger ones).
+const BATCH_BYTES: usize = RECV_BATCH * MIN_SLOT_BYTES;
+/// The receive buffer of the one-datagram path this replaced: nothing longer was seen.
+const MAX_DATAGRAM: usize = 65536;
 
 /// Every drop counter of a connection: the frame reasons, then the engine's own.
 pub const DROP_REASONS: [&str; 13] = [
@@ -131,6 +139,43 @@ pub struct Sample {
     pub run: Option<bool>,
 }
 
+/// A [`Sample`] as the queue holds it: its signal id by index into the dispatcher's
+/// [`SignalNames`]. The I/O thread then never touches a reference count the consumer
+/// drops on another core (that shared cache line was a tenth of its decode time).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuedSample {
+    pub key: u64,
+    pub signal: u32,
+    pub value: Value,
+    pub ts_ms: u64,
+    pub run: Option<bool>,
+}
+
+impl QueuedSample {
+    fn named(self, names: &[Arc<str>]) -> Sample {
+        Sample {
+            key: self.key,
+            signal: names[self.signal as usize].clone(),
+            value: self.value,
+            ts_ms: self.ts_ms,
+            run: self.run,
+        }
+    }
+}
+
+/// Every signal id connections have used, by the index samples carry; it only grows
+/// (by the distinct ids of the plans opened), so an index stays valid after a close.
+pub type SignalNames = Arc<Vec<Arc<str>>>;
+
+/// What [`IoEngine::poll_queued`] hands over.
+#[derive(Debug, Clone)]
+pub struct Polled {
+    pub samples: Vec<QueuedSample>,
+    /// Names every sample's signal index (and possibly more).
+    pub names: SignalNames,
+    pub timed_out: Vec<u64>,
+}
+
 /// One field of [`Dispatcher::read`]: its signal id and value.
 pub type Reading = (Arc<str>, Value);
 
@@ -202,7 +247,8 @@ pub struct GlobalStats {
 struct Connection {
     setup: ConnectionSetup,
     fields: Vec<Field>,
-    ids: Vec<Arc<str>>,
+    /// The fields' signal ids, as indices into the dispatcher's names.
+    ids: Vec<u32>,
     watchdog: Duration,
     o2t_api: Duration,
     state: ConnectionState,
@@ -225,11 +271,11 @@ struct Connection {
 
 /// Queues every field the plan publishes, as long as the queue has room.
 struct Enqueue<'a> {
-    queue: &'a mut VecDeque<Sample>,
+    queue: &'a mut VecDeque<QueuedSample>,
     capacity: usize,
     key: u64,
     fields: &'a [Field],
-    ids: &'a [Arc<str>],
+    ids: &'a [u32],
     data: &'a [u8],
     ts_ms: u64,
     run: Option<bool>,
@@ -243,9 +289,9 @@ impl Sink for Enqueue<'_> {
             self.full += 1;
             return false;
         }
-        self.queue.push_back(Sample {
+        self.queue.push_back(QueuedSample {
             key: self.key,
-            signal: self.ids[field].clone(),
+            signal: self.ids[field],
             value: self.fields[field].value(self.data, values),
             ts_ms: self.ts_ms,
             run: self.run,
@@ -281,7 +327,9 @@ pub struct Dispatcher {
     connections: HashMap<u64, Connection>,
     by_t2o: HashMap<u32, u64>,
     groups: HashMap<Ipv4Addr, usize>,
-    queue: VecDeque<Sample>,
+    queue: VecDeque<QueuedSample>,
+    names: SignalNames,
+    name_index: HashMap<Arc<str>, u32>,
     capacity: usize,
     timeouts: Vec<u64>,
     earliest: Option<Instant>,
@@ -289,6 +337,10 @@ pub struct Dispatcher {
     unknown: u64,
     malformed: [u64; Reason::ALL.len()],
     recv_errors: u64,
+    /// The longest T-to-O datagram any open connection accepts.
+    largest: usize,
+    /// A cut datagram made whole again (its length, zeros past the cut).
+    scratch: Vec<u8>,
 }
 
 impl Dispatcher {
@@ -300,6 +352,8 @@ impl Dispatcher {
             by_t2o: HashMap::new(),
             groups: HashMap::new(),
             queue: VecDeque::new(),
+            names: Arc::new(Vec::new()),
+            name_index: HashMap::new(),
             capacity: queue_capacity,
             timeouts: Vec::new(),
             earliest: None,
@@ -307,7 +361,40 @@ impl Dispatcher {
             unknown: 0,
             malformed: [0; Reason::ALL.len()],
             recv_errors: 0,
+            largest: 0,
+            scratch: Vec::new(),
         }
+    }
+
+    /// Every signal id by the index samples carry.
+    pub fn names(&self) -> SignalNames {
+        self.names.clone()
+    }
+
+    fn intern(&mut self, id: &str) -> u32 {
+        if let Some(index) = self.name_index.get(id) {
+            return *index;
+        }
+        let index = self.names.len() as u32;
+        let name: Arc<str> = Arc::from(id);
+        // Copies the list only while a consumer still holds the previous one.
+        Arc::make_mut(&mut self.names).push(name.clone());
+        self.name_index.insert(name, index);
+        index
+    }
+
+    /// The longest T-to-O datagram an open connection accepts (0 with none open).
+    pub fn largest_datagram(&self) -> usize {
+        self.largest
+    }
+
+    fn find_largest(&mut self) {
+        self.largest = self
+            .connections
+            .values()
+            .map(|c| c.setup.input.format.datagram_bytes(c.setup.input.size))
+            .max()
+            .unwrap_or(0);
     }
 
     /// Connections using `group` now.
@@ -355,7 +442,7 @@ impl Dispatcher {
         )
         .map_err(|e| CoreError::InvalidCip(format!("connection {key}: output: {e}")))?;
         let fields = setup.input.fields().to_vec();
-        let ids = fields.iter().map(|f| Arc::from(f.id.as_str())).collect();
+        let ids = fields.iter().map(|f| self.intern(&f.id)).collect();
         let watchdog = micros(setup.t2o_api_us).saturating_mul(setup.timeout_multiplier);
         let o2t_api = micros(setup.o2t_api_us);
         if let Some(group) = setup.multicast_group {
@@ -388,6 +475,7 @@ impl Dispatcher {
             },
         );
         self.earliest = Some(self.earliest.map_or(now, |e| e.min(now)));
+        self.find_largest();
         Ok(())
     }
 
@@ -404,6 +492,7 @@ impl Dispatcher {
             .ok_or_else(|| Self::unknown_key(key))?;
         self.by_t2o.remove(&conn.setup.t2o_connection_id);
         self.timeouts.retain(|k| *k != key);
+        self.find_largest();
         let Some(group) = conn.setup.multicast_group else {
             return Ok(None);
         };
@@ -452,6 +541,43 @@ impl Dispatcher {
         now: Instant,
         wall_ms: u64,
     ) -> Outcome {
+        self.dispatch(src, bytes, true, now, wall_ms)
+    }
+
+    /// A datagram `len` bytes long of which `head` was received (a receive slot cuts a
+    /// longer one). A cut one counts as the whole one would: past the item headers its
+    /// length alone decides its drop reason, so zeros stand in for the missing bytes; one
+    /// that would still be accepted (a connection opened for longer datagrams after the
+    /// slots were sized) is dropped as truncated, its data being incomplete.
+    pub fn on_received(
+        &mut self,
+        src: SocketAddr,
+        head: &[u8],
+        len: usize,
+        now: Instant,
+        wall_ms: u64,
+    ) -> Outcome {
+        let len = len.min(MAX_DATAGRAM);
+        if len <= head.len() {
+            return self.dispatch(src, &head[..len], true, now, wall_ms);
+        }
+        let mut whole = std::mem::take(&mut self.scratch);
+        whole.clear();
+        whole.extend_from_slice(head);
+        whole.resize(len, 0);
+        let outcome = self.dispatch(src, &whole, false, now, wall_ms);
+        self.scratch = whole;
+        outcome
+    }
+
+    fn dispatch(
+        &mut self,
+        src: SocketAddr,
+        bytes: &[u8],
+        complete: bool,
+        now: Instant,
+        wall_ms: u64,
+    ) -> Outcome {
         self.received += 1;
         let id = match connection_id_of(bytes) {
             Ok(id) => id,
@@ -460,15 +586,14 @@ impl Dispatcher {
                 return Outcome::Malformed(reason);
             }
         };
-        let Some(conn) = self
+        let Some((key, conn)) = self
             .by_t2o
             .get(&id)
-            .and_then(|key| self.connections.get_mut(key))
+            .and_then(|&key| Some((key, self.connections.get_mut(&key)?)))
         else {
             self.unknown += 1;
             return Outcome::UnknownConnection;
         };
-        let key = *self.by_t2o.get(&id).unwrap_or(&0);
         conn.received += 1;
         let dropped = |conn: &mut Connection, reason: DropReason| {
             conn.drops[reason.index()] += 1;
@@ -482,6 +607,7 @@ impl Dispatcher {
         }
         let format = conn.setup.input.format;
         let d = match frame::parse_datagram(bytes, format, conn.setup.input.size) {
+            Ok(_) if !complete => return dropped(conn, DropReason::Frame(Reason::Truncated)),
             Ok(d) => d,
             Err(reason) => return dropped(conn, DropReason::Frame(reason)),
         };
@@ -611,11 +737,21 @@ impl Dispatcher {
 
     /// Moves up to `max` samples, oldest first, and every timeout event out.
     pub fn drain(&mut self, max: usize) -> (Vec<Sample>, Vec<u64>) {
+        let (samples, timeouts) = self.take(max);
+        let named = samples.into_iter().map(|s| s.named(&self.names)).collect();
+        (named, timeouts)
+    }
+
+    /// [`drain`](Self::drain) in O(1) when it takes the whole queue (the caller makes a
+    /// Vec of it after letting go of the lock): the queue gets a fresh block as large.
+    fn take(&mut self, max: usize) -> (VecDeque<QueuedSample>, Vec<u64>) {
         let n = max.min(self.queue.len());
-        (
-            self.queue.drain(..n).collect(),
-            std::mem::take(&mut self.timeouts),
-        )
+        let samples = if n == self.queue.len() {
+            std::mem::replace(&mut self.queue, VecDeque::with_capacity(n))
+        } else {
+            self.queue.drain(..n).collect()
+        };
+        (samples, std::mem::take(&mut self.timeouts))
     }
 
     /// Every field of the last good T-to-O assembly, ungated; None before the first.
@@ -628,7 +764,7 @@ impl Dispatcher {
             conn.fields
                 .iter()
                 .zip(&conn.ids)
-                .map(|(f, id)| (id.clone(), f.read_value(data)))
+                .map(|(f, id)| (self.names[*id as usize].clone(), f.read_value(data)))
                 .collect()
         }))
     }
@@ -705,10 +841,14 @@ struct Inner {
     interface: Ipv4Addr,
 }
 
+fn lock(state: &Mutex<Dispatcher>) -> MutexGuard<'_, Dispatcher> {
+    // Nothing holding the lock panics; were it to, the counters are still sound.
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, Dispatcher> {
-        // Nothing holding the lock panics; were it to, the counters are still sound.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 
     fn wake(&self) {
@@ -777,8 +917,8 @@ fn send_all(inner: &Inner, outgoing: &mut Vec<Outgoing>) {
     }
 }
 
-/// Runs due deadlines; answers the next one.
-fn tick(inner: &Inner, outgoing: &mut Vec<Outgoing>) -> Option<Instant> {
+/// Runs due deadlines; answers the next one and the longest datagram to receive.
+fn tick(inner: &Inner, outgoing: &mut Vec<Outgoing>) -> (Option<Instant>, usize) {
     let now = Instant::now();
     let next = {
         let mut d = inner.lock();
@@ -788,10 +928,155 @@ fn tick(inner: &Inner, outgoing: &mut Vec<Outgoing>) -> Option<Instant> {
                 inner.ready.notify_all();
             }
         }
-        d.earliest()
+        (d.earliest(), d.largest_datagram())
     };
     send_all(inner, outgoing);
     next
+}
+
+/// Preallocated recvmmsg(2) slots: one buffer, address and header per datagram, the
+/// headers pointing into the others (heap blocks that stay put while the vectors do).
+struct RecvSlots {
+    slot: usize,
+    bufs: Vec<u8>,
+    /// Only the headers read these (kept alive here).
+    _iovecs: Vec<libc::iovec>,
+    addrs: Vec<libc::sockaddr_storage>,
+    headers: Vec<libc::mmsghdr>,
+}
+
+impl RecvSlots {
+    /// Slots that hold whole datagrams of `largest` bytes (at least MIN_SLOT_BYTES each).
+    fn new(largest: usize) -> Self {
+        let slot = largest.clamp(MIN_SLOT_BYTES, MAX_DATAGRAM);
+        let count = (BATCH_BYTES / slot).clamp(1, RECV_BATCH);
+        let mut bufs = vec![0u8; count * slot];
+        let mut iovecs: Vec<libc::iovec> = bufs
+            .chunks_exact_mut(slot)
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: slot,
+            })
+            .collect();
+        // SAFETY: sockaddr_storage and mmsghdr are plain C structs; all zeros is valid.
+        let mut addrs: Vec<libc::sockaddr_storage> =
+            (0..count).map(|_| unsafe { std::mem::zeroed() }).collect();
+        let headers = iovecs
+            .iter_mut()
+            .zip(addrs.iter_mut())
+            .map(|(iov, addr)| {
+                // SAFETY: as above.
+                let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                h.msg_hdr.msg_name = (addr as *mut libc::sockaddr_storage).cast();
+                h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+                h.msg_hdr.msg_iov = iov;
+                h.msg_hdr.msg_iovlen = 1;
+                h
+            })
+            .collect();
+        RecvSlots {
+            slot,
+            bufs,
+            _iovecs: iovecs,
+            addrs,
+            headers,
+        }
+    }
+
+    /// Receives what the socket holds, up to one datagram per slot, without blocking.
+    fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+        for h in &mut self.headers {
+            h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+        }
+        // MSG_TRUNC: each msg_len is the datagram's whole length, also when its slot cut it.
+        // SAFETY: `headers` (len as passed) point to live iovecs and addresses of this
+        // struct, each iovec to `slot` bytes of `bufs`; nothing else touches them meanwhile.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.headers.as_mut_ptr(),
+                self.headers.len() as libc::c_uint,
+                libc::MSG_TRUNC | libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+
+    /// Datagram `i` of the last `recv`: its source, the bytes its slot holds and its length.
+    fn get(&self, i: usize) -> (Option<SocketAddr>, &[u8], usize) {
+        let h = &self.headers[i];
+        let len = h.msg_len as usize;
+        let head = &self.bufs[i * self.slot..][..len.min(self.slot)];
+        (
+            socket_addr(&self.addrs[i], h.msg_hdr.msg_namelen),
+            head,
+            len,
+        )
+    }
+}
+
+fn socket_addr(addr: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = len as usize;
+    match libc::c_int::from(addr.ss_family) {
+        libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the kernel wrote a sockaddr_in there (its family says so).
+            let a =
+                unsafe { &*(addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::new(
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)).into(),
+                u16::from_be(a.sin_port),
+            ))
+        }
+        libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: the kernel wrote a sockaddr_in6 there (its family says so).
+            let a =
+                unsafe { &*(addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                a.sin6_addr.s6_addr.into(),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// Feeds one received batch to the dispatcher under one lock. Whenever a deadline is due
+/// between two datagrams (`clock` says), it lets go of the lock and runs `due` (which
+/// produces): a flood must not hold up O-to-T production. Every datagram counts as
+/// received at `at`, when the batch was taken off the socket. Answers whether any samples
+/// were queued.
+fn dispatch_batch<'a>(
+    state: &Mutex<Dispatcher>,
+    datagrams: impl IntoIterator<Item = (Option<SocketAddr>, &'a [u8], usize)>,
+    at: Instant,
+    wall_ms: u64,
+    mut clock: impl FnMut() -> Instant,
+    mut due: impl FnMut(),
+) -> bool {
+    let mut queued = false;
+    let mut d = lock(state);
+    for (src, head, len) in datagrams {
+        match src {
+            Some(src) => {
+                let outcome = d.on_received(src, head, len, at, wall_ms);
+                queued |= matches!(outcome, Outcome::Accepted { samples, .. } if samples > 0);
+            }
+            // Not an IP source: the socket API would have failed this receive.
+            None => d.count_recv_error(),
+        }
+        if d.earliest().is_some_and(|e| e <= clock()) {
+            drop(d);
+            due();
+            d = lock(state);
+        }
+    }
+    queued
 }
 
 /// The scheduler slice the I/O thread asks for (EEVDF, Linux 6.12+): how soon it may
@@ -846,10 +1131,13 @@ fn run(inner: Arc<Inner>) {
     }
     request_short_slice();
     let fds = [inner.socket.as_raw_fd(), inner.waker.as_raw_fd()];
-    let mut buf = vec![0u8; 65536];
+    let mut slots = RecvSlots::new(0);
     let mut outgoing = Vec::new();
     while !inner.stop.load(Ordering::Acquire) {
-        let next = tick(&inner, &mut outgoing);
+        let (next, largest) = tick(&inner, &mut outgoing);
+        if largest.clamp(MIN_SLOT_BYTES, MAX_DATAGRAM) != slots.slot {
+            slots = RecvSlots::new(largest);
+        }
         let now = Instant::now();
         if next.is_some_and(|n| n <= now) {
             continue;
@@ -861,30 +1149,25 @@ fn run(inner: Arc<Inner>) {
         if !readable {
             continue;
         }
-        let mut queued = false;
-        for _ in 0..RECV_BATCH {
-            match inner.socket.recv_from(&mut buf) {
-                Ok((n, src)) => {
-                    let now = Instant::now();
-                    let wall = wall_ms();
-                    let mut d = inner.lock();
-                    let outcome = d.on_datagram(src, &buf[..n], now, wall);
-                    queued |= matches!(outcome, Outcome::Accepted { samples, .. } if samples > 0);
-                    // A flood must not hold up production: look at the time per datagram.
-                    let due = d.earliest().is_some_and(|e| e <= now);
-                    drop(d);
-                    if due {
-                        tick(&inner, &mut outgoing);
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    inner.lock().count_recv_error();
-                    break;
-                }
+        let n = match slots.recv(fds[0]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => {
+                inner.lock().count_recv_error();
+                continue;
             }
-        }
+        };
+        let queued = dispatch_batch(
+            &inner.state,
+            (0..n).map(|i| slots.get(i)),
+            Instant::now(),
+            wall_ms(),
+            Instant::now,
+            || {
+                tick(&inner, &mut outgoing);
+            },
+        );
         if queued {
             inner.ready.notify_all();
         }
@@ -1022,6 +1305,14 @@ impl IoEngine {
     /// Waits up to `timeout` for samples or timeout events; returns at once when some are
     /// queued (at most `max` samples) and empty when shut down.
     pub fn poll(&self, timeout: Duration, max: usize) -> (Vec<Sample>, Vec<u64>) {
+        let polled = self.poll_queued(timeout, max);
+        let names = &polled.names;
+        let samples = polled.samples.into_iter().map(|s| s.named(names)).collect();
+        (samples, polled.timed_out)
+    }
+
+    /// [`poll`](Self::poll) with signal ids by index (the consumer resolves each once).
+    pub fn poll_queued(&self, timeout: Duration, max: usize) -> Polled {
         let deadline = Instant::now() + timeout;
         let mut d = self.inner.lock();
         loop {
@@ -1037,7 +1328,14 @@ impl IoEngine {
                 Err(poisoned) => poisoned.into_inner().0,
             };
         }
-        d.drain(max)
+        let (samples, timed_out) = d.take(max);
+        let names = d.names();
+        drop(d);
+        Polled {
+            samples: samples.into(),
+            names,
+            timed_out,
+        }
     }
 
     pub fn read(&self, key: u64) -> Result<Option<Vec<Reading>>, CoreError> {
@@ -1523,6 +1821,237 @@ mod tests {
         ] {
             assert_eq!(DROP_REASONS.iter().filter(|n| **n == r.name()).count(), 1);
         }
+    }
+
+    /// Two dispatchers with the same connections open: one fed a datagram at a time,
+    /// one through the batch path.
+    fn same_pair(t0: Instant) -> (Dispatcher, Mutex<Dispatcher>) {
+        let make = || {
+            let mut d = Dispatcher::new(100, t0);
+            d.open(1, setup(T2O), t0).unwrap();
+            let mut wide = setup(T2O + 7);
+            wide.input = InputPlan::new(
+                101,
+                64,
+                RealTimeFormat::Header32,
+                0,
+                &[field("w", 0, CipType::Dint, Deadband::None)],
+            )
+            .unwrap();
+            d.open(2, wide, t0).unwrap();
+            d.on_time(t0, &mut Vec::new()); // the first productions: nothing due at t0 then
+            d
+        };
+        (make(), Mutex::new(make()))
+    }
+
+    #[test]
+    fn a_batch_counts_exactly_as_one_datagram_at_a_time() {
+        let t0 = Instant::now();
+        let me = from([127, 0, 0, 1]);
+        let good = |seq| dg(T2O, seq, &data(seq as i32, 0), true);
+        let mut long = good(20);
+        long.extend_from_slice(&[9; 40]); // trailing bytes past a cut
+        let mut count = good(21);
+        count[0] = 3;
+        // (source, whole datagram, bytes the receive slot kept)
+        let cut = 30;
+        let batch: Vec<(SocketAddr, Vec<u8>, usize)> = vec![
+            (me, good(1), usize::MAX),
+            (me, count, usize::MAX),                             // malformed
+            (me, good(2)[..20].to_vec(), usize::MAX),            // truncated
+            (from([127, 0, 0, 9]), good(3), usize::MAX),         // wrong source
+            (me, dg(T2O + 1, 4, &data(0, 0), true), usize::MAX), // unknown connection
+            (me, good(2), usize::MAX),
+            (me, good(2), usize::MAX),                        // duplicate
+            (me, good(1), usize::MAX),                        // stale
+            (me, long, cut),                                  // cut: trailing bytes
+            (me, dg(T2O, 22, &[0; 60], true), cut),           // cut: wrong size
+            (me, dg(T2O + 9, 23, &[0; 60], true), cut),       // cut: unknown
+            (me, dg(T2O + 7, 1, &[0; 64], true), usize::MAX), // good, 88 bytes
+            (me, dg(T2O + 7, 2, &[0; 66], true), cut),        // cut: wrong size
+            (me, good(5), usize::MAX),
+            (me, vec![], usize::MAX), // malformed: empty
+        ];
+        let (mut one, batched) = same_pair(t0);
+        let one_by_one: Vec<Outcome> = batch
+            .iter()
+            .map(|(src, bytes, _)| one.on_datagram(*src, bytes, t0, 5))
+            .collect();
+        let queued = dispatch_batch(
+            &batched,
+            batch.iter().map(|(src, bytes, keep)| {
+                (Some(*src), &bytes[..bytes.len().min(*keep)], bytes.len())
+            }),
+            t0,
+            5,
+            || t0,
+            || panic!("nothing is due"),
+        );
+        assert!(queued);
+        let batched = batched.into_inner().unwrap();
+        for key in [1, 2] {
+            assert_eq!(
+                one.stats(key).unwrap(),
+                batched.stats(key).unwrap(),
+                "{key}"
+            );
+        }
+        assert_eq!(one.global_stats(), batched.global_stats());
+        assert_eq!(drops(&one, 1)["trailing_bytes"], 1);
+        assert_eq!(drops(&one, 1)["wrong_size"], 1);
+        assert_eq!(drops(&one, 2)["wrong_size"], 1);
+        assert_eq!(one.global_stats().unknown_connection, 2);
+        assert_eq!(one_by_one.len(), 15);
+        let mut batched = batched;
+        assert_eq!(one.drain(100), batched.drain(100));
+        // A source the socket API cannot name counts as a receive error.
+        let lone = Mutex::new(Dispatcher::new(4, t0));
+        dispatch_batch(&lone, [(None, &[][..], 0)], t0, 0, || t0, || ());
+        assert_eq!(lone.into_inner().unwrap().global_stats().recv_errors, 1);
+    }
+
+    #[test]
+    fn a_cut_datagram_a_connection_would_accept_is_dropped_as_truncated() {
+        let t0 = Instant::now();
+        let (_, d) = same_pair(t0);
+        let mut d = d.into_inner().unwrap();
+        let whole = dg(T2O + 7, 1, &[0; 64], true);
+        let out = d.on_received(from([127, 0, 0, 1]), &whole[..40], whole.len(), t0, 0);
+        assert_eq!(
+            out,
+            Outcome::Dropped {
+                key: 2,
+                reason: DropReason::Frame(Reason::Truncated)
+            }
+        );
+        assert_eq!(d.stats(2).unwrap().last_sequence, None);
+        assert_eq!(d.largest_datagram(), whole.len());
+        d.close(2).unwrap();
+        assert_eq!(d.largest_datagram(), dg(T2O, 1, &data(0, 0), true).len());
+    }
+
+    #[test]
+    fn a_deadline_due_inside_a_long_batch_runs_between_datagrams() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = setup(T2O);
+        s.timeout_multiplier = 1000;
+        let mut first = Dispatcher::new(10_000, t0);
+        first.open(1, s, t0).unwrap();
+        let mut out = Vec::new();
+        first.on_time(t0, &mut out); // the first production; the next is due at 10 ms
+        assert_eq!((out.len(), first.earliest()), (1, Some(t0 + ms(10))));
+        let state = Mutex::new(first);
+        let frames: Vec<Vec<u8>> = (1..=300)
+            .map(|seq| dg(T2O, seq, &data(0, 0), true))
+            .collect();
+        // The clock moves 100 us per look: 10 ms is due at the 100th datagram.
+        let clock = std::cell::Cell::new(t0);
+        let ran = std::cell::RefCell::new(Vec::new());
+        dispatch_batch(
+            &state,
+            frames
+                .iter()
+                .map(|f| (Some(from([127, 0, 0, 1])), &f[..], f.len())),
+            t0,
+            0,
+            || {
+                clock.set(clock.get() + Duration::from_micros(100));
+                clock.get()
+            },
+            || {
+                let mut d = lock(&state);
+                let mut out = Vec::new();
+                d.on_time(clock.get(), &mut out);
+                let seen = d.global_stats().datagrams_received;
+                ran.borrow_mut()
+                    .extend(out.iter().map(|o| (seen, o.deadline - t0)));
+            },
+        );
+        assert_eq!(
+            ran.into_inner(),
+            [(100, ms(10)), (200, ms(20)), (300, ms(30))]
+        );
+        let d = state.into_inner().unwrap();
+        assert_eq!(d.stats(1).unwrap().datagrams_produced, 4);
+        assert_eq!(d.stats(1).unwrap().last_sequence, Some(300));
+    }
+
+    #[test]
+    fn queued_samples_name_their_signal_after_a_close_and_a_reopen_reuses_the_names() {
+        let t0 = Instant::now();
+        let mut d = opened(t0);
+        let me = from([127, 0, 0, 1]);
+        d.on_datagram(me, &dg(T2O, 1, &data(7, 100), true), t0, 1);
+        let names = d.names();
+        assert_eq!(names.len(), 2);
+        d.close(1).unwrap();
+        d.open(1, setup(T2O), t0).unwrap();
+        d.open(2, setup(T2O + 1), t0).unwrap();
+        assert_eq!(d.names(), names, "the same ids, the same indices");
+        let (samples, _) = d.drain(10);
+        let signals: Vec<&str> = samples.iter().map(|s| &*s.signal).collect();
+        assert_eq!(signals, ["a100/0/DINT", "a100/4/INT"]);
+        let read = d.read(2).unwrap();
+        assert_eq!(read, None);
+        d.on_datagram(me, &dg(T2O + 1, 1, &data(1, 2), true), t0, 1);
+        let read = d.read(2).unwrap().unwrap();
+        assert_eq!((&*read[0].0, &*read[1].0), ("a100/0/DINT", "a100/4/INT"));
+    }
+
+    #[test]
+    fn recv_slots_report_sources_lengths_and_cut_datagrams() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = rx.local_addr().unwrap();
+        let long = vec![7u8; MIN_SLOT_BYTES + 100];
+        let sizes = [88usize, 0, 1];
+        for n in sizes {
+            tx.send_to(&vec![n as u8; n], to).unwrap();
+        }
+        tx.send_to(&long, to).unwrap();
+        let mut slots = RecvSlots::new(0);
+        assert_eq!(
+            (slots.slot, slots.headers.len()),
+            (MIN_SLOT_BYTES, RECV_BATCH)
+        );
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while got.len() < 4 {
+            assert!(Instant::now() < deadline, "only {} datagrams", got.len());
+            let [readable, _] = wait_readable(
+                [rx.as_raw_fd(), rx.as_raw_fd()],
+                Some(Duration::from_secs(1)),
+            );
+            if !readable {
+                continue;
+            }
+            let n = slots.recv(rx.as_raw_fd()).unwrap();
+            got.extend((0..n).map(|i| {
+                let (src, head, len) = slots.get(i);
+                (src, head.to_vec(), len)
+            }));
+        }
+        let from_tx = Some(tx.local_addr().unwrap());
+        for (i, n) in sizes.iter().enumerate() {
+            assert_eq!(got[i], (from_tx, vec![*n as u8; *n], *n));
+        }
+        assert_eq!(
+            got[3],
+            (from_tx, long[..MIN_SLOT_BYTES].to_vec(), long.len())
+        );
+        let err = slots.recv(rx.as_raw_fd()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+        // Slots for the longest datagram a connection accepts, within the same memory.
+        let wide = RecvSlots::new(20_000);
+        assert_eq!(
+            (wide.slot, wide.headers.len()),
+            (20_000, BATCH_BYTES / 20_000)
+        );
+        let widest = RecvSlots::new(1 << 20);
+        assert_eq!((widest.slot, widest.headers.len()), (MAX_DATAGRAM, 8));
     }
 
     proptest! {
