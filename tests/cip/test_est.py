@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.cip.conftest import FAST_TIMING, plc_instance, plc_signal
-from tests.support.adapter import AdapterHarness
+from tests.support.adapter import Adapter, AdapterHarness
 from tests.support.cpppo import LogixSimulator
 from tests.support.est_server import EstServer
 from tests.support.mosquitto import Mosquitto
@@ -736,12 +736,34 @@ def test_a_certsecret_identity_derives_into() -> None:
 # -- inside the adapter -----------------------------------------------------------------------
 
 
+def _new_vault(tmp_path: Path) -> Vault:
+    """A fresh vault in tmp_path, its key in vault.key, as `_start_with_vault` names them."""
+    key = VaultKey.generate()
+    (tmp_path / "vault.key").write_text(key.to_text())
+    return Vault(tmp_path / "vault.json", key)
+
+
+def _vault_document(
+    harness: AdapterHarness, instance: dict[str, Any], tmp_path: Path
+) -> dict[str, Any]:
+    """An adapter document with one instance, its credentials from the vault in tmp_path."""
+    return harness.document(
+        {"instances": [instance], "global": {"timing": FAST_TIMING}},
+        credentials={
+            "vaultPath": str(tmp_path / "vault.json"),
+            "keyFile": str(tmp_path / "vault.key"),
+        },
+    )
+
+
+def _start_with_vault(harness: AdapterHarness, instance: dict[str, Any], tmp_path: Path) -> Adapter:
+    return harness.start(EthernetIpAdapter, _vault_document(harness, instance, tmp_path))
+
+
 def test_an_unreachable_est_server_never_blocks_polling(
     broker: Mosquitto, logix: LogixSimulator, tmp_path: Path, restore_root_logging: None
 ) -> None:
-    key = VaultKey.generate()
-    (tmp_path / "vault.key").write_text(key.to_text())
-    Vault(tmp_path / "vault.json", key).put("plc-id", {"certPem": "x", "keyPem": "y"})
+    _new_vault(tmp_path).put("plc-id", {"certPem": "x", "keyPem": "y"})
     instance = plc_instance("plc-1", logix.endpoint, plc_signal("Temp", "REAL"))
     instance["connection"]["security"] = {
         "client": {"certSecret": "plc-id"},
@@ -749,14 +771,7 @@ def test_an_unreachable_est_server_never_blocks_polling(
     }
     harness = AdapterHarness(broker, tmp_path)
     try:
-        document = harness.document(
-            {"instances": [instance], "global": {"timing": FAST_TIMING}},
-            credentials={
-                "vaultPath": str(tmp_path / "vault.json"),
-                "keyFile": str(tmp_path / "vault.key"),
-            },
-        )
-        adapter = harness.start(EthernetIpAdapter, document)
+        adapter = _start_with_vault(harness, instance, tmp_path)
         topic = adapter.runtime.topics
         failed = topic.topic("evt", "error", CERT_ENROLL_FAILED, instance="plc-1")
         wait_until(lambda: adapter.seen.on(failed), 15, "the cert-enroll-failed event")
@@ -817,11 +832,8 @@ def test_enrollment_inside_the_adapter_publishes_the_event_and_counts(
     tmp_path: Path,
     restore_root_logging: None,
 ) -> None:
-    key = VaultKey.generate()
-    (tmp_path / "vault.key").write_text(key.to_text())
-    Vault(tmp_path / "vault.json", key).put(
-        "est-login", {"username": BASIC[0], "password": BASIC[1]}
-    )
+    vault = _new_vault(tmp_path)
+    vault.put("est-login", {"username": BASIC[0], "password": BASIC[1]})
     (tmp_path / "est-ca.pem").write_text(est.ca_pem)
     instance = plc_instance("plc-1", logix.endpoint, plc_signal("Temp", "REAL"))
     instance["connection"]["security"] = {
@@ -836,18 +848,11 @@ def test_enrollment_inside_the_adapter_publishes_the_event_and_counts(
     }
     harness = AdapterHarness(broker, tmp_path)
     try:
-        document = harness.document(
-            {"instances": [instance], "global": {"timing": FAST_TIMING}},
-            credentials={
-                "vaultPath": str(tmp_path / "vault.json"),
-                "keyFile": str(tmp_path / "vault.key"),
-            },
-        )
-        adapter = harness.start(EthernetIpAdapter, document)
+        adapter = _start_with_vault(harness, instance, tmp_path)
         topic = adapter.runtime.topics.topic("evt", "info", CERT_ENROLLED, instance="plc-1")
         wait_until(lambda: adapter.seen.on(topic), 15, "the cert-enrolled event")
         (event,) = adapter.seen.on(topic)
-        stored = Vault(tmp_path / "vault.json", key).get("plc-1-identity")
+        stored = vault.get("plc-1-identity")
         assert not isinstance(stored, str)
         cert = leaf(stored["certPem"])
         assert event.body["context"]["serial"] == format(cert.serial_number, "x")
@@ -906,11 +911,10 @@ def est_e2e(tmp_path: Path, broker: Mosquitto, restore_root_logging: None) -> It
         cip.device.key,
         tmp_path / "est-ca.pem",
     ).start()
-    key = VaultKey.generate()
-    (tmp_path / "vault.key").write_text(key.to_text())
+    vault = _new_vault(tmp_path)
     harness = AdapterHarness(broker, tmp_path)
     try:
-        yield cip, server, tunnel, Vault(tmp_path / "vault.json", key), harness
+        yield cip, server, tunnel, vault, harness
     finally:
         harness.close()
         tunnel.stop()
@@ -928,13 +932,7 @@ def _tls_document(
         "ca": {"file": str(ca)},
         "est": {"enabled": True, "trust": {"file": str(tmp_path / "est-ca.pem")}, **est_block},
     }
-    return harness.document(
-        {"instances": [instance], "global": {"timing": FAST_TIMING}},
-        credentials={
-            "vaultPath": str(tmp_path / "vault.json"),
-            "keyFile": str(tmp_path / "vault.key"),
-        },
-    )
+    return _vault_document(harness, instance, tmp_path)
 
 
 def _client_cert(adapter: Any) -> dict[str, Any] | None:

@@ -8,22 +8,47 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from tests.recorder.conftest import (
     Rig,
+    Running,
     parquet_files,
     published_samples,
     read_with_duckdb,
     read_with_pyarrow,
     wait_for,
 )
+from tests.support.adapter import Adapter
 from tests.support.nats import NatsCluster
 
 pytestmark = pytest.mark.integration
 
 MIN_SAMPLES = 600
+
+
+def _record_shared(
+    rig: Rig, plcs: list[Adapter], first: Running, second: Running
+) -> list[tuple[Any, ...]]:
+    """Runs the PLCs for MIN_SAMPLES samples, stops them, waits until the two recorders took
+    every one between them, checks each took a share (not one everything) and flushed
+    cleanly; returns the published samples."""
+    wait_for(lambda: len(published_samples(rig.published())) >= MIN_SAMPLES, "samples")
+    for plc in plcs:
+        plc.runtime.shutdown()
+    published = published_samples(rig.published())
+
+    def accepted() -> int:
+        return int(first.status()["samplesAccepted"] + second.status()["samplesAccepted"])
+
+    wait_for(lambda: accepted() >= len(published), "both recorders to take every sample")
+    assert accepted() == len(published)
+    for recorder in (first, second):
+        assert 0 < recorder.status()["samplesAccepted"] < len(published)
+        assert recorder.call("flush")["failed"] == 0
+    return published
 
 
 @pytest.mark.slow
@@ -32,20 +57,7 @@ def test_a_share_group_records_every_sample_exactly_once(rig: Rig, tmp_path: Pat
     first = rig.start_recorder(output, thing="rec-a", shareGroup="recorders")
     second = rig.start_recorder(output, thing="rec-b", shareGroup="recorders")
     assert first.status()["subscriptions"] == [f"$share/recorders/{rig.root}/+/+/+/data/#"]
-    plc = rig.start_plc()
-    wait_for(lambda: len(published_samples(rig.published())) >= MIN_SAMPLES, "samples")
-    plc.runtime.shutdown()
-    published = published_samples(rig.published())
-
-    def accepted() -> int:
-        return first.status()["samplesAccepted"] + second.status()["samplesAccepted"]
-
-    wait_for(lambda: accepted() >= len(published), "both recorders to take every sample")
-    assert accepted() == len(published)
-    for recorder in (first, second):
-        # The broker gave each a share, not one everything.
-        assert 0 < recorder.status()["samplesAccepted"] < len(published)
-        assert recorder.call("flush")["failed"] == 0
+    published = _record_shared(rig, [rig.start_plc()], first, second)
     identities = {first.status()["fileIdentity"], second.status()["fileIdentity"]}
     owners = Counter(
         next(i for i in identities if path.name.startswith(i)) for path in parquet_files(output)
@@ -83,19 +95,7 @@ def test_a_consumer_group_falls_back_to_its_partition_where_share_delivers_nothi
         assert first.status()["subscriptions"] == [f"{rig.root}/gw-1/+/+/data/#"]
         assert second.status()["subscriptions"] == [f"{rig.root}/gw-2/+/+/data/#"]
         plcs = [rig.start_plc(thing=thing) for thing in ("gw-1", "gw-2")]
-        wait_for(lambda: len(published_samples(rig.published())) >= MIN_SAMPLES, "samples")
-        for plc in plcs:
-            plc.runtime.shutdown()
-        published = published_samples(rig.published())
-
-        def accepted() -> int:
-            return first.status()["samplesAccepted"] + second.status()["samplesAccepted"]
-
-        wait_for(lambda: accepted() >= len(published), "both recorders to take every sample")
-        assert accepted() == len(published)
-        for recorder in (first, second):
-            assert 0 < recorder.status()["samplesAccepted"] < len(published)
-            assert recorder.call("flush")["failed"] == 0
+        published = _record_shared(rig, plcs, first, second)
         assert read_with_pyarrow(output) == published
     finally:
         rig.close()

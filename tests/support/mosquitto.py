@@ -22,8 +22,46 @@ USERNAME = "edge"
 PASSWORD = "s3cret"
 
 
+class _BrokerProcess:
+    """A mosquitto process started from a configuration file in `folder`, logging there."""
+
+    folder: Path
+    process: subprocess.Popen[bytes] | None
+
+    @property
+    def log_path(self) -> Path:
+        return self.folder / "mosquitto.log"
+
+    def _launch(self, config: Path, ports: tuple[int, ...]) -> None:
+        with self.log_path.open("ab") as log:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(
+                [require_binary("mosquitto"), "-c", str(config)], stdout=log, stderr=log
+            )
+        wait_until(
+            lambda: self._alive() and all(port_open(p) for p in ports),
+            10,
+            f"mosquitto listening on {ports} (log: {self.log_path})",
+        )
+
+    def _alive(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(f"mosquitto exited: {self.log_path.read_text()[-2000:]}")
+        return True
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()  # SIGTERM: mosquitto saves its sessions first
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+        self.process = None
+
+
 @dataclass
-class Mosquitto:
+class Mosquitto(_BrokerProcess):
     folder: Path
     pki: Pki
     plain_port: int = field(default_factory=free_port)
@@ -31,10 +69,6 @@ class Mosquitto:
     tls_port: int = field(default_factory=free_port)
     mtls_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def log_path(self) -> Path:
-        return self.folder / "mosquitto.log"
 
     def write_config(self) -> Path:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -80,33 +114,8 @@ class Mosquitto:
 
     def start(self) -> Mosquitto:
         config = self.write_config()
-        with self.log_path.open("ab") as log:  # the child keeps its own descriptor
-            self.process = subprocess.Popen(
-                [require_binary("mosquitto"), "-c", str(config)], stdout=log, stderr=log
-            )
-        ports = (self.plain_port, self.password_port, self.tls_port, self.mtls_port)
-        wait_until(
-            lambda: self._alive() and all(port_open(p) for p in ports),
-            10,
-            f"mosquitto listening on {ports} (log: {self.log_path})",
-        )
+        self._launch(config, (self.plain_port, self.password_port, self.tls_port, self.mtls_port))
         return self
-
-    def _alive(self) -> bool:
-        if self.process is not None and self.process.poll() is not None:
-            raise RuntimeError(f"mosquitto exited: {self.log_path.read_text()[-2000:]}")
-        return True
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        self.process.terminate()  # SIGTERM: mosquitto saves its sessions first
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
-        self.process = None
 
     def kill(self) -> None:
         """SIGKILL: sessions and queued messages not yet saved are lost."""
@@ -129,7 +138,7 @@ DYNSEC_TOPIC = "$CONTROL/dynamic-security/v1"
 
 
 @dataclass
-class DynsecMosquitto:
+class DynsecMosquitto(_BrokerProcess):
     """A Mosquitto broker whose access control is the dynamic-security plugin, changed live
     over its control topic. Unlike `acl_file` (Mosquitto 2.0 checks that only on delivery and
     grants every SUBSCRIBE), its subscribe ACLs refuse a SUBSCRIBE in the SUBACK. Anyone
@@ -139,10 +148,6 @@ class DynsecMosquitto:
     folder: Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def log_path(self) -> Path:
-        return self.folder / "mosquitto.log"
 
     def start(self) -> DynsecMosquitto:
         if not DYNSEC_PLUGIN.exists():
@@ -175,15 +180,7 @@ class DynsecMosquitto:
         ]
         config = self.folder / "mosquitto.conf"
         config.write_text("\n".join(lines) + "\n")
-        with self.log_path.open("ab") as log:  # the child keeps its own descriptor
-            self.process = subprocess.Popen(
-                [require_binary("mosquitto"), "-c", str(config)], stdout=log, stderr=log
-            )
-        wait_until(
-            lambda: self._alive() and port_open(self.port),
-            10,
-            f"mosquitto listening on {self.port} (log: {self.log_path})",
-        )
+        self._launch(config, (self.port,))
         return self
 
     def control(self, *commands: dict[str, Any]) -> None:
@@ -254,19 +251,3 @@ class DynsecMosquitto:
                 "acls": [{"acltype": "subscribe", "allow": allow}],
             }
         )
-
-    def _alive(self) -> bool:
-        if self.process is not None and self.process.poll() is not None:
-            raise RuntimeError(f"mosquitto exited: {self.log_path.read_text()[-2000:]}")
-        return True
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
-        self.process = None

@@ -444,6 +444,17 @@ class _OpenFile:
     def tmp(self) -> Path:
         return self.path.with_name(f".{self.path.name}.tmp")
 
+    def discard(self) -> None:
+        # Best effort: the file is being given up, so a second failure must not hide the first.
+        with contextlib.suppress(Exception):
+            if self.writer is not None:
+                self.writer.close()
+        with contextlib.suppress(OSError):
+            if self.handle is not None:
+                self.handle.close()
+        with contextlib.suppress(OSError):
+            self.tmp.unlink(missing_ok=True)
+
 
 @dataclass
 class WriterStats:
@@ -677,14 +688,7 @@ class RecordWriter:
     def _fail(self, opened: _OpenFile, error: BaseException) -> None:
         self._files = {k: f for k, f in self._files.items() if f is not opened}
         rows = opened.rows
-        with contextlib.suppress(Exception):
-            if opened.writer is not None:
-                opened.writer.close()
-        with contextlib.suppress(OSError):
-            if opened.handle is not None:
-                opened.handle.close()
-        with contextlib.suppress(OSError):
-            opened.tmp.unlink(missing_ok=True)
+        opened.discard()
         self.stats.write_errors += 1
         self._lose(rows)
         text = f"{opened.tmp}: {error}"
@@ -719,14 +723,7 @@ class RecordWriter:
         rows = 0
         for opened in list(self._files.values()):
             rows += opened.rows
-            with contextlib.suppress(Exception):
-                if opened.writer is not None:
-                    opened.writer.close()
-            with contextlib.suppress(OSError):
-                if opened.handle is not None:
-                    opened.handle.close()
-            with contextlib.suppress(OSError):
-                opened.tmp.unlink(missing_ok=True)
+            opened.discard()
         self._files.clear()
         self._lose(rows)
         return rows
