@@ -75,10 +75,13 @@ def _size_stand_in(value: object) -> object:
     return str(value)
 
 
+# Made once: json.dumps builds a new encoder for every call given other settings.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_size_stand_in)
+
+
 def json_size(value: Any) -> int:
     """Bytes of `value` as compact UTF-8 JSON (binary values as their `_libBinary` marker)."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_size_stand_in)
-    return len(text.encode("utf-8", "surrogatepass"))
+    return len(_COMPACT.encode(value).encode("utf-8", "surrogatepass"))
 
 
 def json_depth(value: Any) -> int:

@@ -50,13 +50,12 @@ _DEL = "del"
 
 def arguments_hash(namespace: str, arguments: Mapping[str, Any]) -> str:
     """SHA-256 of the canonical JSON of the namespace and the arguments."""
-    canonical = json.dumps(
-        {"namespace": namespace, "arguments": arguments},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
+    canonical = _CANONICAL.encode({"namespace": namespace, "arguments": arguments})
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+# Made once: json.dumps builds a new encoder for every call given other settings.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,7 +332,10 @@ def _encode(key: IdempotencyKey, record: _Record) -> bytes:
 
 
 def _line(fields: list[Any]) -> bytes:
-    return json.dumps(fields, separators=(",", ":")).encode()
+    return _COMPACT.encode(fields).encode()
+
+
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 
 def _remove_sqlite_files(database: Path) -> None:
