@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import queue
 import random
 import threading
 import time
@@ -18,7 +19,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from unskit.commands import ErrorCode
-from unskit.envelope import EnvelopeStamp, MessageBuilder
+from unskit.envelope import EnvelopeStamp, Message, MessageBuilder
 from unskit.errors import CommandError, UnskitError
 from unskit.messaging import MessagingClient
 from unskit.southbound.driver import (
@@ -45,6 +46,9 @@ _STOP_TIMEOUT_S = 10.0
 #: Counters with a pollGroup dimension, and those of the instance as a whole.
 _GROUP_COUNTERS = ("reads", "readErrors")
 _INSTANCE_COUNTERS = ("samplesPublished", "publishErrors", "reconnects", "samplesDropped")
+#: Signal updates built and not yet published, at most; a full queue holds the instance
+#: thread back, as publishing on it did.
+_OUTBOX_LIMIT = 1000
 
 
 class InstanceState(str, Enum):
@@ -113,6 +117,13 @@ class InstanceRunner:
         #: The inbox of the current connection of a push source (None when polled).
         self._inbox: PushInbox | None = None
         self._thread = threading.Thread(target=self._run, name=f"sb-{spec.id}", daemon=True)
+        # Updates go out on a thread of their own, in order, so the next read starts as soon
+        # as the last one is recorded (publishing a cycle's updates on the instance thread
+        # delayed every read by that much: docs/decisions.md). None ends it.
+        self._outbox: queue.Queue[tuple[str, Message, int] | None] = queue.Queue(_OUTBOX_LIMIT)
+        self._publisher = threading.Thread(
+            target=self._publish_loop, name=f"sb-{spec.id}-publish", daemon=True
+        )
 
     # -- control ----------------------------------------------------------------------------
 
@@ -122,6 +133,7 @@ class InstanceRunner:
             _log.error("instance %s failed: %s", self.spec.id, self._last_error)
             self._set_gauges()
             return self
+        self._publisher.start()
         self._thread.start()
         return self
 
@@ -261,6 +273,8 @@ class InstanceRunner:
             self._last_error = "internal error; see the log"
         finally:
             self._publish(time.monotonic(), flush=True)
+            self._outbox.put(None)
+            self._publisher.join(_STOP_TIMEOUT_S)
             self._fail_jobs(CommandError(ErrorCode.DEVICE_UNAVAILABLE, "the instance stopped"))
             self._detach_inbox()
             self.driver.close()
@@ -520,7 +534,7 @@ class InstanceRunner:
         self._table.accept(readings, int(time.time() * 1000), now)
 
     def _publish(self, now: float, *, flush: bool) -> None:
-        published = 0
+        """Builds the due signal updates and hands them to the publisher thread."""
         for state in self._table.due(now, flush=flush):
             samples = self._table.take(state)
             message = (
@@ -533,17 +547,40 @@ class InstanceRunner:
                 state.topic = self._context.topics.topic(
                     "data", state.channel, instance=self.spec.id
                 )
-            try:
-                self._context.messaging.publish(state.topic, message)
-            except UnskitError as error:
-                self._context.counter(self.spec.id, "publishErrors", None).inc()
-                _log.debug(
-                    "instance %s: update of %s not published: %s", self.spec.id, state.topic, error
-                )
-                continue
-            published += len(samples)
-        if published:
-            self._context.counter(self.spec.id, "samplesPublished", None).inc(published)
+            self._outbox.put((state.topic, message, len(samples)))
+
+    def _publish_loop(self) -> None:
+        while True:
+            updates = [self._outbox.get()]
+            # What else is waiting goes out in the same pass, counted once (a pass takes at
+            # most a queue's worth, so a producer never keeps it from publishing).
+            while (
+                updates[-1] is not None
+                and len(updates) < _OUTBOX_LIMIT
+                and not self._outbox.empty()
+            ):
+                updates.append(self._outbox.get_nowait())
+            published = 0
+            for update in updates:
+                if update is None:
+                    break
+                topic, message, count = update
+                try:
+                    self._context.messaging.publish(topic, message)
+                except UnskitError as error:
+                    self._context.counter(self.spec.id, "publishErrors", None).inc()
+                    _log.debug(
+                        "instance %s: update of %s not published: %s", self.spec.id, topic, error
+                    )
+                    continue
+                except Exception:
+                    _log.exception("instance %s: update of %s not published", self.spec.id, topic)
+                    continue
+                published += count
+            if published:
+                self._context.counter(self.spec.id, "samplesPublished", None).inc(published)
+            if updates[-1] is None:
+                return
 
     def _run_jobs(self) -> None:
         while True:
