@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import socket
 import subprocess
-from collections.abc import Callable, Iterator
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -123,3 +126,58 @@ def _unit_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     )
     monkeypatch.setattr(socket.socket, "bind", inet_only(real_bind, "socket.bind"))
     monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse("a subprocess"))
+
+
+# -- leaked messaging clients -----------------------------------------------------------------
+# A client that a module never closes keeps dialling its broker's port after the module's
+# broker is gone; free_port() later hands that port to another module's broker, and the stray
+# client then joins it (the rare CI flake this guards against). So once a module's fixtures
+# are torn down, no thread of a messaging client or of a component it started may be left.
+
+#: Name prefixes of those threads: paho's network loop, and unskit's own (deadline timers,
+#: subscription workers, the outbox forwarder, heartbeats, probes, watchers: all unskit-*).
+CLIENT_THREAD_PREFIXES = ("paho-mqtt-client-", "unskit-")
+#: How long a closed client's threads get to finish once the module's teardown is done.
+CLIENT_THREAD_EXIT_S = 10.0
+
+_threads_at_module_start: dict[Path, set[threading.Thread]] = {}
+
+
+class LeakedClientError(AssertionError):
+    """A test module left a messaging client (or a component) running after its teardown."""
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _threads_at_module_start.setdefault(item.path, set(threading.enumerate()))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, object, object]:
+    result = yield
+    if nextitem is not None and nextitem.path == item.path:
+        return result  # the module goes on: its module fixtures are still up
+    before = _threads_at_module_start.pop(item.path, set())
+    leaked = client_threads_left(before)
+    if leaked:
+        raise LeakedClientError(
+            f"{item.path.name} left {', '.join(sorted(leaked))} running after its teardown: "
+            "close every client (and stop every component) it starts, in a finally or a fixture"
+        )
+    return result
+
+
+def client_threads_left(
+    before: set[threading.Thread], exit_s: float = CLIENT_THREAD_EXIT_S
+) -> list[str]:
+    """Names of the client threads started since `before` still alive after `exit_s` s."""
+    started = [
+        thread
+        for thread in threading.enumerate()
+        if thread not in before and thread.name.startswith(CLIENT_THREAD_PREFIXES)
+    ]
+    deadline = time.monotonic() + exit_s
+    for thread in started:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [thread.name for thread in started if thread.is_alive()]

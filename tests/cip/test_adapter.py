@@ -3,6 +3,7 @@ runtime, updates and verbs over a real Mosquitto."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import socket
 import threading
@@ -235,7 +236,13 @@ class RecordingListener:
                 return
 
     def close(self) -> None:
+        # close() alone leaves a thread blocked in accept() (and the port listening) on
+        # Linux; shutdown() wakes it.
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)
         self._server.close()
+        self._threads[0].join(10)
+        assert not self._threads[0].is_alive(), "the listener's acceptor outlived close()"
 
 
 @contextmanager

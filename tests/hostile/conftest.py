@@ -65,19 +65,27 @@ def start_echo(broker: Mosquitto, folder: Path) -> Target:
         path, thing="gw", component_schema=EchoComponent.schema, default_component="echo"
     )
     runtime = Runtime(loader.load())
-    runtime.start(EchoComponent(), loader)
+    runtime.start(EchoComponent(), loader)  # stops what it started if it fails
     topic = runtime.topics.topic("cmd", "sb", "echo")
-    client = connected_client(broker.plain_port, request_timeout_s=5)
+    try:
+        client = connected_client(broker.plain_port, request_timeout_s=5)
+    except BaseException:
+        runtime.shutdown()
+        raise
 
     def valid() -> Any:
         request = MessageBuilder("Echo", "1").body({"ok": True}).build()
         return client.request(topic, request, timeout_secs=5).get(5).body
 
-    wait_until(lambda: _answers(valid), 10, "echo to answer")
-
     def stop() -> None:
         client.close(1)
         runtime.shutdown()
+
+    try:
+        wait_until(lambda: _answers(valid), 10, "echo to answer")
+    except BaseException:
+        stop()
+        raise
 
     return Target("echo", runtime, [("echo", topic)], valid, stop)
 

@@ -190,28 +190,32 @@ def test_echo_cannot_be_made_to_pause_the_camera(
         echo_topic = TopicScope(document["topic"]["root"], "gw", "echo").topic("cmd", "sb", "echo")
         log_path = tmp_path / "echo.log"
         client = connected_client(broker.plain_port, request_timeout_s=5)
-        with component_process("echo", log_path, "-c", str(config), "-t", "gw") as echo:
+        try:
+            with component_process("echo", log_path, "-c", str(config), "-t", "gw") as echo:
 
-            def echoes() -> bool:
-                try:
-                    request = MessageBuilder("Echo", "1").body({"n": 1}).build()
-                    return client.request(echo_topic, request, timeout_secs=0.5).get(1) is not None
-                except Exception:
-                    return False
+                def echoes() -> bool:
+                    try:
+                        request = MessageBuilder("Echo", "1").body({"n": 1}).build()
+                        return (
+                            client.request(echo_topic, request, timeout_secs=0.5).get(1) is not None
+                        )
+                    except Exception:
+                        return False
 
-            wait_until(echoes, 20, "echo to answer")
-            hostile = MessageBuilder("Echo", "1").body({}).build().make_request(pause)
-            client.publish(echo_topic, hostile)
-            wait_until(
-                lambda: b"not answering" in log_path.read_bytes() or rig.seen.on(pause),
-                20,
-                "echo to refuse (or, before the fix, to publish on the camera's pause topic)",
-            )
-            assert rig.seen.on(pause) == [], "echo published onto the camera's command topic"
-            assert rig.call("status", instance="cam-1")["paused"] is False
-            assert echoes(), "echo still answers"
-            assert echo.poll() is None
-        client.close(1)
+                wait_until(echoes, 20, "echo to answer")
+                hostile = MessageBuilder("Echo", "1").body({}).build().make_request(pause)
+                client.publish(echo_topic, hostile)
+                wait_until(
+                    lambda: b"not answering" in log_path.read_bytes() or rig.seen.on(pause),
+                    20,
+                    "echo to refuse (or, before the fix, to publish on the camera's pause topic)",
+                )
+                assert rig.seen.on(pause) == [], "echo published onto the camera's command topic"
+                assert rig.call("status", instance="cam-1")["paused"] is False
+                assert echoes(), "echo still answers"
+                assert echo.poll() is None
+        finally:
+            client.close(1)
         output = log_path.read_text()
         assert "Traceback" not in output
         assert output.count("not answering") == 1

@@ -159,8 +159,11 @@ def test_a_transport_handed_to_the_client_carries_its_traffic(broker, topic_root
 def test_no_local_broker_and_no_ipc_transport_is_an_error():
     from unskit.errors import MessagingError
 
+    before = set(threading.enumerate())
     with pytest.raises(MessagingError, match=r"messaging\.local is not configured"):
         MessagingClient(MessagingConfig(local=None))
+    # The client that failed to build stopped its deadline timer: no thread outlives it.
+    assert [t.name for t in set(threading.enumerate()) - before] == []
 
 
 def test_close_fails_pending_requests_and_is_idempotent(broker, make_client, topic_root):

@@ -88,6 +88,7 @@ def test_publish_degraded_is_raised_and_cleared(
     path = tmp_path / "echo.json"
     path.write_text(json.dumps(document))
     root = document["topic"]["root"]
+    runtime = Runtime(load_config(path, thing="gw", default_component="echo"))
     # A subscriber with a persistent session: what is published while it reconnects waits.
     watcher = MessagingClient(
         MessagingConfig(
@@ -96,7 +97,6 @@ def test_publish_degraded_is_raised_and_cleared(
             )
         )
     ).start()
-    runtime = Runtime(load_config(path, thing="gw", default_component="echo"))
     try:
         wait_until(watcher.connected, 10, "the watcher")
         seen = Inbox()

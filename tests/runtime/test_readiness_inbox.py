@@ -86,7 +86,8 @@ class SubackGate:
         self.holding = threading.Event()
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, name="suback-gate", daemon=True)
+        self._acceptor.start()
 
     def close_gate(self) -> None:
         self.holding.clear()
@@ -105,9 +106,14 @@ class SubackGate:
             sock.close()
 
     def stop(self) -> None:
+        # close() alone does not wake a thread blocked in accept() on Linux; shutdown() does.
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         self.open_gate()
         self.drop_connections()
+        self._acceptor.join(10)
+        assert not self._acceptor.is_alive(), "the gate's acceptor outlived stop()"
 
     def _accept(self) -> None:
         while True:
@@ -168,11 +174,11 @@ def test_readiness_waits_for_the_suback_at_start_and_after_a_reconnect(
 ) -> None:
     health_port = free_port()
     config, root = camera_config(tmp_path / "gated", gate.port, health_port)
-    messaging = connected_client(broker.plain_port)
-    client = CommandClient(messaging, "camera-adapter", "gw", root=root)
     log = tmp_path / "gated.log"
-    gate.close_gate()
+    messaging = connected_client(broker.plain_port)
     try:
+        client = CommandClient(messaging, "camera-adapter", "gw", root=root)
+        gate.close_gate()
         with component_process("camera-adapter", log, "-c", str(config), "-t", "gw") as process:
             # Connected and started, its SUBACK held back: alive, not ready.
             wait_until(gate.holding.is_set, 30, "the inbox's SUBACK at the gate")

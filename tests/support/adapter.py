@@ -134,7 +134,12 @@ def connected_client(broker_port: int, request_timeout_s: float = 20) -> Messagi
         ),
         persistent_session=False,
     ).start()
-    wait_until(messaging.connected, 10, "the test client")
+    try:
+        wait_until(messaging.connected, 10, "the test client")
+    except BaseException:
+        # Left running, it would keep dialling this port, which a later module's broker gets.
+        messaging.close(1)
+        raise
     return messaging
 
 

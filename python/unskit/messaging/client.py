@@ -61,21 +61,26 @@ class MessagingClient:
         self._refusals = RefusalLog(_log)
         self._on_reply_refused = on_reply_refused
         self._timer = DeadlineTimer()
-        if local is None:
-            if config.local is None:
-                raise MessagingError(
-                    "messaging.local is not configured and no local transport was given"
+        try:
+            if local is None:
+                if config.local is None:
+                    raise MessagingError(
+                        "messaging.local is not configured and no local transport was given"
+                    )
+                local = _mqtt(config.local, "local", secrets, persistent_session, self._timer)
+            self._local = Link(local, config.local, self._timer)
+            self._northbound: Link | None = None
+            if northbound is None and config.northbound is not None:
+                northbound = _mqtt(
+                    config.northbound, "northbound", secrets, persistent_session, self._timer
                 )
-            local = _mqtt(config.local, "local", secrets, persistent_session, self._timer)
-        self._local = Link(local, config.local, self._timer)
-        self._northbound: Link | None = None
-        if northbound is None and config.northbound is not None:
-            northbound = _mqtt(
-                config.northbound, "northbound", secrets, persistent_session, self._timer
-            )
-        if northbound is not None:
-            forwarder = _forwarder(northbound, config.northbound)
-            self._northbound = Link(northbound, config.northbound, self._timer, forwarder)
+            if northbound is not None:
+                forwarder = _forwarder(northbound, config.northbound)
+                self._northbound = Link(northbound, config.northbound, self._timer, forwarder)
+        except BaseException:
+            # A client that failed to build is never closed: its timer thread must not outlive it.
+            self._timer.stop()
+            raise
         self._closed = False
         self._close_lock = threading.Lock()
 
