@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from unskit._core.journal import Journal
 from unskit._core.journal import read as read_journal
@@ -58,8 +58,9 @@ def arguments_hash(namespace: str, arguments: Mapping[str, Any]) -> str:
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-@dataclass(frozen=True, slots=True)
-class IdempotencyKey:
+class IdempotencyKey(NamedTuple):
+    """A record's key. A tuple, so hashing it (several times a request) is done in C."""
+
     component: str
     #: The addressed instance, or "" for the component namespace.
     scope: str

@@ -142,6 +142,10 @@ class MetricsRegistry:
         self._metrics: dict[_Key, Counter | Gauge] = {}
         # Gauges read at collect (unit, reader): a queue's depth is asked, not tracked.
         self._observed: dict[_Key, tuple[str, Callable[[], Number]]] = {}
+        # Each metric by the coordinates as its callers spell them, so a hot path's lookup
+        # (a counter per command reply or per read) skips the validation and sorting of
+        # `_key`; emptied by `remove`.
+        self._looked_up: dict[tuple[Any, ...], Counter | Gauge] = {}
 
     @property
     def common_dimensions(self) -> Mapping[str, str]:
@@ -195,6 +199,7 @@ class MetricsRegistry:
         """Forgets the metrics whose dimensions include all of these; returns how many."""
         wanted = set(_dimensions(dimensions, "dimension").items())
         with self._lock:
+            self._looked_up.clear()
             gone = [key for key in self._metrics if wanted <= set(key[2])]
             for key in gone:
                 del self._metrics[key]
@@ -266,6 +271,14 @@ class MetricsRegistry:
         kind: MetricKind,
         unit: str,
     ) -> Counter | Gauge:
+        try:
+            dims = None if dimensions is None else tuple(dimensions.items())
+            spelled = (family, name, kind, dims)
+            metric = self._looked_up.get(spelled)
+        except TypeError:  # an unhashable dimension: `_key` names the fault
+            spelled, metric = None, None
+        if metric is not None:
+            return metric
         key = self._key(family, name, dimensions)
         with self._lock:
             if key in self._observed:
@@ -280,6 +293,8 @@ class MetricsRegistry:
                 self._metrics[key] = metric
             elif (kind is MetricKind.COUNTER) != isinstance(metric, Counter):
                 raise ValueError(f"metric {family}/{name} already exists with another kind")
+            if spelled is not None:
+                self._looked_up[spelled] = metric
             return metric
 
 
