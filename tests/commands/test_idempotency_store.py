@@ -348,3 +348,41 @@ def test_every_record_survives_sigkill(path) -> None:
         assert store.count() == 201
     finally:
         store.close()
+
+
+_FULL_DISK = """
+import resource, signal, sys
+from pathlib import Path
+from unskit.commands.idempotency import IdempotencyKey, IdempotencyStore
+path = Path(sys.argv[1])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+store = IdempotencyStore(path)
+store.claim(IdempotencyKey("c", "", "before"), "h")
+# Room for part of the next record only, as on a disk that fills mid-write.
+room = path.stat().st_size + 20
+resource.setrlimit(resource.RLIMIT_FSIZE, (room, resource.RLIM_INFINITY))
+try:
+    store.claim(IdempotencyKey("c", "", "refused"), "h" * 200)
+except OSError as error:
+    print("refused:", error.errno, flush=True)
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+assert store.count() == 1, "a refused claim is not held in memory either"
+store.claim(IdempotencyKey("c", "", "after"), "h")
+store.close()
+"""
+
+
+@pytest.mark.integration
+def test_a_write_the_disk_refuses_midway_leaves_no_part_record_to_hide_later_ones(path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _FULL_DISK, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("refused: 27"), done.stdout  # EFBIG, after a partial write
+    assert journaled_states(path) == {
+        IdempotencyKey("c", "", "before"): "pending",
+        IdempotencyKey("c", "", "after"): "pending",
+    }

@@ -41,7 +41,15 @@ struct Journal {
     path: PathBuf,
     sync: bool,
     /// None once closed.
-    file: Mutex<Option<File>>,
+    file: Mutex<Option<Appending>>,
+}
+
+/// The open file and the length of its intact records.
+struct Appending {
+    file: File,
+    len: u64,
+    /// A failed append left bytes it could not cut off: nothing more is appended.
+    torn: bool,
 }
 
 fn in_use(path: &Path) -> PyErr {
@@ -73,7 +81,7 @@ fn sync_directory(path: &Path) -> io::Result<()> {
 }
 
 impl Journal {
-    fn file(&self) -> MutexGuard<'_, Option<File>> {
+    fn file(&self) -> MutexGuard<'_, Option<Appending>> {
         // Nothing holding the lock panics; were it to, the file is still sound.
         self.file.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -85,11 +93,23 @@ impl Journal {
         )))
     }
 
-    fn write_frame(&self, file: &mut Option<File>, frame: &[u8]) -> PyResult<()> {
-        let file = file.as_mut().ok_or_else(|| self.closed())?;
-        file.write_all(frame).map_err(|e| io_error(e, &self.path))?;
+    fn write_frame(&self, slot: &mut Option<Appending>, frame: &[u8]) -> PyResult<()> {
+        let open = slot.as_mut().ok_or_else(|| self.closed())?;
+        if open.torn {
+            return Err(to_py(CoreError::InvalidJournal(format!(
+                "{} ends in part of a record a failed write left; reopen it",
+                self.path.display()
+            ))));
+        }
+        if let Err(error) = open.file.write_all(frame) {
+            // Part of a frame (a full disk) would end the intact prefix at the next open and
+            // hide every record appended after it: cut it off.
+            open.torn = open.file.set_len(open.len).is_err();
+            return Err(io_error(error, &self.path));
+        }
+        open.len += frame.len() as u64;
         if self.sync {
-            file.sync_data().map_err(|e| io_error(e, &self.path))?;
+            open.file.sync_data().map_err(|e| io_error(e, &self.path))?;
         }
         Ok(())
     }
@@ -125,7 +145,17 @@ impl Journal {
                     .and_then(|_| sync_directory(&path))
                     .map_err(|e| io_error(e, &path))?;
             }
-            Ok((file, bytes, found.records, torn))
+            let len = found.valid_len.max(MAGIC.len()) as u64;
+            Ok((
+                Appending {
+                    file,
+                    len,
+                    torn: false,
+                },
+                bytes,
+                found.records,
+                torn,
+            ))
         })?;
         let records = records
             .into_iter()
@@ -182,7 +212,11 @@ impl Journal {
                 .and_then(|_| fs::rename(&beside, &self.path))
                 .and_then(|_| sync_directory(&self.path))
                 .map_err(|e| io_error(e, &self.path))?;
-            *current = Some(file);
+            *current = Some(Appending {
+                file,
+                len: bytes.len() as u64,
+                torn: false,
+            });
             Ok(())
         })
     }
