@@ -207,9 +207,14 @@ impl Journal {
                 _ => {}
             }
             let mut file = open_locked(&beside)?;
-            file.write_all(&bytes)
-                .and_then(|_| file.sync_all())
-                .and_then(|_| fs::rename(&beside, &self.path))
+            let written = file.write_all(&bytes).and_then(|_| file.sync_all());
+            if let Err(error) = written {
+                // A full disk: the journal is as it was; its half-written copy must not keep
+                // the space.
+                let _ = fs::remove_file(&beside);
+                return Err(io_error(error, &beside));
+            }
+            fs::rename(&beside, &self.path)
                 .and_then(|_| sync_directory(&self.path))
                 .map_err(|e| io_error(e, &self.path))?;
             *current = Some(Appending {
