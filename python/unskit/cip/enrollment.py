@@ -13,34 +13,46 @@ and waits `retryBackoffMins`; polling never waits on any of it.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import logging
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from unskit.cip.est import (
-    SIMPLEENROLL,
-    SIMPLEREENROLL,
-    ClientIdentity,
-    EstClient,
-    Issued,
-    Pending,
+from unskit.cip.enrollment_credentials import (
+    _Credentials,
+    _csr,
+    _describe,
+    _iso,
+    _renew_at,
+    _summary,
 )
-from unskit.config.secrets import Secret, SecretRef
-from unskit.config.vault import Vault
+from unskit.cip.enrollment_settings import (
+    _MAX_SLEEP_S,
+    _RETRY_AFTER_BOUNDS_S,
+    CERT_ENROLL_FAILED,
+    CERT_ENROLLED,
+    DEFAULT_RENEW_BEFORE_DAYS,
+    DEFAULT_RETRY_BACKOFF_MINS,
+    DEFAULT_SUBJECT,
+    DEFAULT_TIMEOUT_S,
+    EST_ENROLLMENTS,
+    EST_FAILURES,
+    CounterSink,
+    EnrolledIdentity,
+    EstSettings,
+    EventSink,
+    VaultProvider,
+    _Current,
+    _log,
+    est_enabled,
+)
+from unskit.cip.est import SIMPLEENROLL, SIMPLEREENROLL, EstClient, Issued, Pending
+from unskit.config.secrets import Secret
 from unskit.errors import EstError, SecretError
 
 __all__ = [
@@ -57,140 +69,8 @@ __all__ = [
     "est_enabled",
 ]
 
-_log = logging.getLogger(__name__)
 
-CERT_ENROLLED = "cert-enrolled"
-CERT_ENROLL_FAILED = "cert-enroll-failed"
-EST_ENROLLMENTS = "estEnrollments"
-EST_FAILURES = "estFailures"
-DEFAULT_SUBJECT = "eip-originator"
-DEFAULT_RENEW_BEFORE_DAYS = 30
-DEFAULT_RETRY_BACKOFF_MINS = 60
-#: Per socket operation and per reply: an unreachable server costs the EST thread this much.
-DEFAULT_TIMEOUT_S = 10.0
-#: The thread re-reads the clock at least this often (a wall-clock jump, a changed vault).
-_MAX_SLEEP_S = 3600.0
-#: A Retry-After is honoured within these bounds.
-_RETRY_AFTER_BOUNDS_S = (1.0, 86400.0)
-_DAY_S = 86400.0
-
-
-class EventSink(Protocol):
-    """Where events go (`unskit.runtime.events.Events` fits)."""
-
-    def emit(
-        self,
-        severity: Any,
-        event_type: str,
-        context: Mapping[str, Any] | None = None,
-        *,
-        instance: str | None = None,
-    ) -> Any:
-        """Publishes one event."""
-        ...
-
-
-class CounterSink(Protocol):
-    """Where counters go (`unskit.runtime.metrics.MetricsRegistry` fits)."""
-
-    def counter(self, family: str, name: str, dimensions: Mapping[str, str] | None = ...) -> Any:
-        """The counter of one family, name and dimension set."""
-        ...
-
-
-class VaultProvider(Protocol):
-    """Opens the vault (`unskit.config.vault.VaultSecrets` fits)."""
-
-    def vault(self) -> Vault:
-        """The vault, opened with its key."""
-        ...
-
-
-@dataclass(frozen=True)
-class EnrolledIdentity:
-    """New credentials handed to the poll instance: PEM certificate (leaf first), key, CA."""
-
-    cert_pem: str
-    key_pem: Secret
-    ca_pem: str | None
-    not_after: datetime
-
-
-@dataclass(frozen=True)
-class EstSettings:
-    """``connection.security.est`` with every default resolved."""
-
-    server: str
-    label: str | None
-    subject: str
-    renew_before_days: int
-    retry_backoff_mins: int
-    fetch_ca_certs: bool
-    #: A CA-style block for the EST server's certificate (est.trust, else security.ca).
-    trust: Mapping[str, Any]
-    #: A client-identity block used for the first enrollment (auth.bootstrap).
-    bootstrap: Mapping[str, Any] | None
-    basic: SecretRef | None
-    #: ("vault", name) or ("files", cert path, key path).
-    into: tuple[str, ...]
-    #: The configured client identity block (security.client).
-    client: Mapping[str, Any]
-
-    @classmethod
-    def from_security(cls, security: Mapping[str, Any]) -> EstSettings:
-        """Resolves defaults; raises `EstError` when `into` cannot be derived."""
-        est = security.get("est") or {}
-        client = security.get("client") or {}
-        into_block = est.get("into") or {}
-        if "certSecret" in into_block:
-            into: tuple[str, ...] = ("vault", into_block["certSecret"])
-        elif "cert" in into_block and "key" in into_block:
-            into = ("files", into_block["cert"], into_block["key"])
-        elif "certSecret" in client:
-            into = ("vault", client["certSecret"])
-        else:
-            raise EstError("est.into is needed: only a client.certSecret identity derives it")
-        auth = est.get("auth") or {}
-        basic = SecretRef.parse(auth["basic"]) if "basic" in auth else None
-        trust = est.get("trust") or security.get("ca") or {}
-        if not trust and "certSecret" in client:
-            trust = {"bundle": client["certSecret"]}
-        return cls(
-            server=est["server"],
-            label=est.get("label"),
-            subject=est.get("subject", DEFAULT_SUBJECT),
-            renew_before_days=int(
-                est.get("renewBeforeDays", client.get("renewBeforeDays", DEFAULT_RENEW_BEFORE_DAYS))
-            ),
-            retry_backoff_mins=int(est.get("retryBackoffMins", DEFAULT_RETRY_BACKOFF_MINS)),
-            fetch_ca_certs=bool(est.get("fetchCaCerts", False)),
-            trust=trust,
-            bootstrap=auth.get("bootstrap"),
-            basic=basic,
-            into=into,
-            client=client,
-        )
-
-    def into_label(self) -> str:
-        """The destination as events and status name it (never content)."""
-        if self.into[0] == "vault":
-            return f"vault:{self.into[1]}"
-        return f"files:{self.into[1]}"
-
-
-def est_enabled(security: Mapping[str, Any] | None) -> bool:
-    """Whether a connection.security block turns EST on."""
-    return bool(((security or {}).get("est") or {}).get("enabled", False))
-
-
-@dataclass(frozen=True)
-class _Current:
-    cert: x509.Certificate
-    identity: ClientIdentity
-    ca_pem: str | None
-
-
-class EnrollmentManager:
+class EnrollmentManager(_Credentials):
     """Keeps one instance's client certificate enrolled and renewed."""
 
     def __init__(
@@ -549,203 +429,3 @@ class EnrollmentManager:
             self._events.emit(severity, event_type, context, instance=self.instance)
         except Exception:
             _log.exception("instance %s: the %s event was not published", self.instance, event_type)
-
-    # -- credentials -----------------------------------------------------------------------
-
-    def _vault(self) -> Vault:
-        if self._secrets is None:
-            raise SecretError("EST needs the vault, but the configuration has no credentials")
-        return self._secrets.vault()
-
-    def _current(self) -> _Current | None:
-        """The usable certificate now: the into destination's, else the client identity's."""
-        found = self._read_into()
-        if found is None and self.settings.client:
-            block = self.settings.client
-            with contextlib.suppress(EstError, SecretError, OSError):
-                found = (self._identity(block, "client"), self._bundle_ca(block))
-        if found is None:
-            return None
-        identity, ca_pem = found
-        cert = _usable(identity, self._clock())
-        return None if cert is None else _Current(cert, identity, ca_pem)
-
-    def _read_into(self) -> tuple[ClientIdentity, str | None] | None:
-        into = self.settings.into
-        if into[0] == "vault":
-            try:
-                value = self._vault().get(into[1])
-            except SecretError as exc:
-                if "has no secret named" in str(exc):
-                    return None
-                raise
-            if isinstance(value, str) or "certPem" not in value or "keyPem" not in value:
-                return None
-            return ClientIdentity(value["certPem"], Secret(value["keyPem"])), value.get("caPem")
-        cert_path, key_path = Path(into[1]), Path(into[2])
-        if not cert_path.exists() or not key_path.exists():
-            return None
-        return ClientIdentity(cert_path.read_text(), Secret(key_path.read_text())), None
-
-    def _identity(self, block: Mapping[str, Any], path: str) -> ClientIdentity:
-        """A client identity from a certSecret, certFile/keyFile or cert/key $secret block."""
-        if "certSecret" in block:
-            value = self._vault().get(block["certSecret"])
-            if isinstance(value, str) or "certPem" not in value or "keyPem" not in value:
-                raise EstError(f"{path}.certSecret must name a bundle with certPem and keyPem")
-            return ClientIdentity(value["certPem"], Secret(value["keyPem"]))
-        if "certFile" in block and "keyFile" in block:
-            return ClientIdentity(
-                Path(block["certFile"]).read_text(), Secret(Path(block["keyFile"]).read_text())
-            )
-        cert, key = SecretRef.parse(block.get("cert")), SecretRef.parse(block.get("key"))
-        if cert is not None and key is not None:
-            vault = self._vault()
-            return ClientIdentity(vault.resolve(cert).reveal(), vault.resolve(key))
-        raise EstError(f"{path} names no complete client identity")
-
-    def _bundle_ca(self, block: Mapping[str, Any]) -> str | None:
-        if "certSecret" not in block:
-            return None
-        value = self._vault().get(block["certSecret"])
-        return None if isinstance(value, str) else value.get("caPem")
-
-    def _trust(self, block: Mapping[str, Any]) -> str | None:
-        """PEM trust anchors from a CA-style block; None: the system's default roots."""
-        if not block:
-            return None
-        if "file" in block:
-            return Path(block["file"]).read_text()
-        if "bundle" in block:
-            return self._bundle_ca({"certSecret": block["bundle"]})
-        vault = self._vault()
-        if "secret" in block:
-            return _ca_pem(vault.get(block["secret"]), f"secret {block['secret']!r}")
-        if "trustStore" in block:
-            # As for the connection: every retained version is trusted during a rollover.
-            name = block["trustStore"]
-            return "".join(_ca_pem(v, f"trustStore {name!r}") for v in vault.versions(name))
-        if "cert" in block:
-            ref = SecretRef.parse(block["cert"])
-            if ref is not None:
-                return vault.resolve(ref).reveal()
-        if "list" in block:
-            refs = [SecretRef.parse(item) for item in block["list"]]
-            return "".join(vault.resolve(ref).reveal() for ref in refs if ref is not None)
-        return None
-
-    def _basic(self, ref: SecretRef) -> tuple[str, Secret]:
-        vault = self._vault()
-        value = vault.get(ref.name)
-        if isinstance(value, str) or ref.field is not None:
-            raise EstError(
-                f"est.auth.basic: secret {ref.name!r} must be a bundle with username and password"
-            )
-        if "username" not in value or "password" not in value:
-            raise EstError(f"est.auth.basic: secret {ref.name!r} lacks username or password")
-        return value["username"], Secret(value["password"])
-
-    def _store(self, identity: EnrolledIdentity) -> None:
-        into = self.settings.into
-        if into[0] == "vault":
-            bundle = {"certPem": identity.cert_pem, "keyPem": identity.key_pem.reveal()}
-            if identity.ca_pem is not None:
-                bundle["caPem"] = identity.ca_pem
-            self._vault().put(into[1], bundle)
-            return
-        # The key first: a reader that sees the new certificate also finds its key.
-        _write_atomic(Path(into[2]), identity.key_pem.reveal().encode(), 0o600)
-        _write_atomic(Path(into[1]), identity.cert_pem.encode(), 0o644)
-
-
-# -- helpers -----------------------------------------------------------------------------------
-
-
-def _ca_pem(value: str | Mapping[str, str], what: str) -> str:
-    """A CA secret's PEM: a plain value, or every certificate field of a bundle."""
-    if isinstance(value, str):
-        return value
-    parts = [text for _, text in sorted(value.items()) if "-----BEGIN CERTIFICATE-----" in text]
-    if not parts:
-        raise EstError(f"the EST trust {what} holds no PEM certificate in any field")
-    return "\n".join(parts)
-
-
-def _csr(key: ec.EllipticCurvePrivateKey, common_name: str) -> x509.CertificateSigningRequest:
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    return x509.CertificateSigningRequestBuilder().subject_name(name).sign(key, hashes.SHA256())
-
-
-def _usable(identity: ClientIdentity, now: float) -> x509.Certificate | None:
-    """The leaf when it parses, is inside its validity and matches its key; else None."""
-    try:
-        cert = x509.load_pem_x509_certificate(identity.cert_pem.encode())
-        key = serialization.load_pem_private_key(identity.key_pem.reveal().encode(), None)
-    except (ValueError, TypeError):
-        _log.warning("the stored client certificate or key is not valid PEM: re-enrolling")
-        return None
-    spki = serialization.PublicFormat.SubjectPublicKeyInfo
-    if key.public_key().public_bytes(
-        serialization.Encoding.DER, spki
-    ) != cert.public_key().public_bytes(serialization.Encoding.DER, spki):
-        _log.warning("the stored client key does not match its certificate: re-enrolling")
-        return None
-    if not cert.not_valid_before_utc.timestamp() <= now < cert.not_valid_after_utc.timestamp():
-        return None
-    return cert
-
-
-def _renew_at(cert: x509.Certificate, renew_before_days: int) -> float:
-    """notAfter minus renewBeforeDays; for a certificate whose whole lifetime is shorter than
-    that window, two thirds into its lifetime (else every renewal would renew at once)."""
-    start = cert.not_valid_before_utc.timestamp()
-    end = cert.not_valid_after_utc.timestamp()
-    window = renew_before_days * _DAY_S
-    if window >= end - start:
-        return start + (end - start) * 2 / 3
-    return end - window
-
-
-def _summary(cert: x509.Certificate) -> dict[str, Any]:
-    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    return {
-        "subject": str(names[0].value) if names else cert.subject.rfc4514_string(),
-        "issuer": cert.issuer.rfc4514_string(),
-        "serial": format(cert.serial_number, "x"),
-        "notBefore": _iso(cert.not_valid_before_utc),
-        "notAfter": _iso(cert.not_valid_after_utc),
-        "sha256": hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest(),
-    }
-
-
-def _iso(when: float | datetime) -> str:
-    if isinstance(when, float | int):
-        when = datetime.fromtimestamp(when, timezone.utc)
-    return when.isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and not isinstance(exc, EstError):
-        return f"{exc.strerror or type(exc).__name__}: {exc.filename or ''}".rstrip(": ")
-    return str(exc)
-
-
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)

@@ -48,7 +48,9 @@ by source address and T->O id; `stopIO` closes the socket under a thread still i
 ``select``, and neither its producer socket nor its TCP socket is ever closed by it.
 
 Modules: `wire` (the specification's constants, encoders and decoders), `sim` (the target:
-its TCP and UDP service loop and the test controls), `cli` (`unskit cip-target-sim`).
+its lifecycle, service loop and test controls), `state` (its data), `encap` (TCP
+encapsulation), `connection_manager` (Forward Open and Close), `class1` (UDP I/O and the demo
+pattern), `cli` (`unskit cip-target-sim`).
 """
 
 from __future__ import annotations
