@@ -779,11 +779,17 @@ def test_an_unreachable_est_server_never_blocks_polling(
         assert "connection failed" in event.body["context"]["error"]
         data = adapter.data_topic("plc-1", "temp")
         wait_until(lambda: len(adapter.seen.on(data)) > 0, 15, "polled data")
+
+        def outcome() -> str:
+            status = adapter.client.call("status", instance="plc-1")
+            return str(status["security"]["est"]["outcome"])
+
+        # The outcome is set after the event is emitted (whoever sees it can rely on both).
+        wait_until(lambda: outcome() == "failed", 10, "the outcome in sb/status")
         status = adapter.client.call("status", instance="plc-1")
         assert status["connected"] is True
         est_status = status["security"]["est"]
         assert est_status["enabled"] is True
-        assert est_status["outcome"] == "failed"
         assert est_status["nextAttempt"] is not None
         assert est_status["failures"] == 1
     finally:
@@ -858,8 +864,13 @@ def test_enrollment_inside_the_adapter_publishes_the_event_and_counts(
         assert event.body["context"]["serial"] == format(cert.serial_number, "x")
         assert event.body["context"]["into"] == "vault:plc-1-identity"
         assert stored["caPem"] == est.ca_pem
-        status = adapter.client.call("status", instance="plc-1")["security"]["est"]
-        assert status["outcome"] == "enrolled"
+
+        def est_status() -> dict[str, Any]:
+            return adapter.client.call("status", instance="plc-1")["security"]["est"]
+
+        # The outcome is set after the event is emitted (whoever sees it can rely on both).
+        wait_until(lambda: est_status()["outcome"] == "enrolled", 10, "the outcome in sb/status")
+        status = est_status()
         assert status["certificate"]["sha256"] == event.body["context"]["sha256"]
         counter = adapter.runtime.metrics.counter(
             "southbound_health", "estEnrollments", {"instance": "plc-1"}
