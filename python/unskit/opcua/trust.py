@@ -1,0 +1,208 @@
+"""The server trust list of one instance (trusted/, issuers/, rejected/ under its pkiDir):
+a server certificate accepted by its pin, as a trusted one or by its chain to a trusted CA."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NoReturn
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+
+from unskit.errors import DeviceError
+from unskit.opcua.certificates import _iso, _parse_certificates, _split_der_chain, sha1_thumbprint
+
+__all__ = ["TrustStore"]
+
+# The logger keeps the name it had before this module was split out of security.py.
+_log = logging.getLogger("unskit.opcua.security")
+
+#: Longest issuer chain followed from a server certificate to a trusted anchor.
+MAX_CHAIN_DEPTH = 8
+
+
+class TrustStore:
+    """The server trust list of one instance: ``trusted/``, ``issuers/`` and ``rejected/``
+    under its pkiDir. There is no auto-trust: an operator moves a certificate from
+    rejected/ to trusted/."""
+
+    def __init__(self, pki_dir: str | os.PathLike[str]) -> None:
+        self.pki_dir = Path(pki_dir)
+        self.trusted = self.pki_dir / "trusted"
+        self.rejected = self.pki_dir / "rejected"
+        self.issuers = self.pki_dir / "issuers"
+
+    def __repr__(self) -> str:
+        return f"TrustStore({os.fspath(self.pki_dir)!r})"
+
+    def ensure(self) -> None:
+        """Creates pkiDir and its three subdirectories (mode 0700) where missing."""
+        for directory in (self.pki_dir, self.trusted, self.rejected, self.issuers):
+            try:
+                directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            except OSError as exc:
+                raise DeviceError(
+                    f"trust list directory {directory} cannot be created: {exc.strerror}",
+                    code="BadCertificateInvalid",
+                ) from None
+
+    def check_server_certificate(
+        self,
+        der: bytes,
+        pin: bytes | None = None,
+        *,
+        now: datetime.datetime | None = None,
+    ) -> x509.Certificate:
+        """The server certificate if trusted (the pin alone when one is set), else
+        DeviceError after writing it to rejected/. `der` may carry the server's chain."""
+        self.ensure()
+        when = now or datetime.datetime.now(datetime.timezone.utc)
+        try:
+            offered = _split_der_chain(der)
+        except ValueError:
+            raise DeviceError(
+                "the server certificate is not DER X.509", code="BadCertificateInvalid"
+            ) from None
+        leaf, leaf_der = offered[0]
+        thumbprint = sha1_thumbprint(leaf_der)
+        if pin is not None:
+            if leaf_der == pin:
+                self._check_dates([leaf], when, leaf_der)
+                return leaf
+            self._reject(
+                leaf_der,
+                "BadCertificateUntrusted",
+                f"does not match the pinned server certificate (sha1 {sha1_thumbprint(pin)}); "
+                "with a pin no other certificate is accepted",
+                pin,
+            )
+        anchors = self._read_dir(self.trusted)
+        anchor_ders = {item_der for _, item_der in anchors}
+        if leaf_der in anchor_ders:
+            self._check_dates([leaf], when, leaf_der)
+            return leaf
+        pool = anchors + self._read_dir(self.issuers) + offered[1:]
+        path = _chain_to_anchor(leaf, pool, anchor_ders)
+        if path is None:
+            self._reject(
+                leaf_der,
+                "BadCertificateUntrusted",
+                f"(subject {leaf.subject.rfc4514_string()!r}, issuer "
+                f"{leaf.issuer.rfc4514_string()!r}) is not in {self.trusted} and does not "
+                f"chain to a CA there",
+            )
+        self._check_dates(path, when, leaf_der)
+        _log.debug("server certificate sha1 %s trusted through its issuer chain", thumbprint)
+        return leaf
+
+    def _check_dates(
+        self, path: list[x509.Certificate], when: datetime.datetime, leaf_der: bytes
+    ) -> None:
+        for index, cert in enumerate(path):
+            if cert.not_valid_before_utc <= when <= cert.not_valid_after_utc:
+                continue
+            whose = "it" if index == 0 else f"its issuer {cert.subject.rfc4514_string()!r}"
+            self._reject(
+                leaf_der,
+                "BadCertificateTimeInvalid" if index == 0 else "BadCertificateIssuerTimeInvalid",
+                f"is outside its validity period: {whose} is valid from "
+                f"{_iso(cert.not_valid_before_utc)} to {_iso(cert.not_valid_after_utc)}",
+            )
+
+    def _reject(
+        self, leaf_der: bytes, code: str, reason: str, pinned: bytes | None = None
+    ) -> NoReturn:
+        thumbprint = sha1_thumbprint(leaf_der)
+        target = self.rejected / f"{thumbprint}.der"
+        try:
+            _write_atomic(target, leaf_der)
+            saved = f"; written to {target}"
+            if code == "BadCertificateUntrusted" and pinned is None:
+                saved += f" (move it to {self.trusted} to trust it)"
+        except OSError as exc:
+            saved = f"; it could not be written to {target}: {exc.strerror}"
+        raise DeviceError(f"server certificate sha1 {thumbprint} {reason}{saved}", code=code)
+
+    @staticmethod
+    def _read_dir(directory: Path) -> list[tuple[x509.Certificate, bytes]]:
+        found: list[tuple[x509.Certificate, bytes]] = []
+        try:
+            entries = sorted(directory.iterdir())
+        except OSError:
+            return found
+        for entry in entries:
+            if entry.name.startswith(".") or not entry.is_file():
+                continue
+            try:
+                certs = _parse_certificates(entry.read_bytes())
+            except (OSError, ValueError):
+                _log.warning("trust list file %s is not a PEM or DER certificate; ignored", entry)
+                continue
+            found += [(cert, cert.public_bytes(serialization.Encoding.DER)) for cert in certs]
+        return found
+
+
+# -- trust helpers ------------------------------------------------------------------------
+
+
+def _chain_to_anchor(
+    leaf: x509.Certificate,
+    pool: Iterable[tuple[x509.Certificate, bytes]],
+    anchors: set[bytes],
+) -> list[x509.Certificate] | None:
+    """The path leaf .. trusted CA (signatures checked), or None when there is none."""
+    candidates = list(pool)
+
+    def walk(cert: x509.Certificate, seen: set[bytes]) -> list[x509.Certificate] | None:
+        if len(seen) > MAX_CHAIN_DEPTH:
+            return None
+        for issuer, issuer_der in candidates:
+            if issuer_der in seen or not _can_issue(issuer):
+                continue
+            try:
+                cert.verify_directly_issued_by(issuer)
+            except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
+                continue
+            if issuer_der in anchors:
+                return [cert, issuer]
+            rest = walk(issuer, seen | {issuer_der})
+            if rest is not None:
+                return [cert, *rest]
+        return None
+
+    return walk(leaf, {leaf.public_bytes(serialization.Encoding.DER)})
+
+
+def _can_issue(cert: x509.Certificate) -> bool:
+    try:
+        basic = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except x509.ExtensionNotFound:
+        return False
+    except ValueError:
+        return False
+    if not basic.ca:
+        return False
+    try:
+        usage = cert.extensions.get_extension_for_class(x509.KeyUsage).value
+    except x509.ExtensionNotFound:
+        return True
+    return bool(usage.key_cert_sign)
+
+
+def _write_atomic(target: Path, data: bytes) -> None:
+    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
