@@ -260,7 +260,9 @@ def test_resource_limit_across_the_component(
     harness: CameraHarness, limits: dict[str, int]
 ) -> None:
     rig = harness.start({"cameras": [sim("slow", latencyMs=60_000), sim("b")], "limits": limits})
-    rig.call("capture-submit", {"requestId": rid()}, "slow")
+    first = rig.call("capture-submit", {"requestId": rid()}, "slow")
+    # A capture holds its frame's bytes from the start of its acquisition, not from admission.
+    wait_state(rig, first["captureId"], "ACQUIRING")
     assert rig.error("capture-submit", {"requestId": rid()}, "b") == "RESOURCE_LIMIT"
     rig.call("queue-clear", {"requestId": rid(), "allCameras": True, "includeInFlight": True})
     assert "image" in rig.call("capture", {"requestId": rid()}, "b")
