@@ -1,7 +1,8 @@
 """Store-and-forward northbound against real Mosquitto brokers: publishes made while the
 northbound broker is down survive a SIGKILL of the publisher and arrive in order, at the
-configured pace, once the broker is back; a link that drops mid-replay loses nothing; the
-bounds (dropOldest, refuseNewest, maxAgeSeconds) are counted in metrics and raise and clear
+configured pace, once the broker is back; publishes made once it is back go out beside that
+backlog, not behind it; a link that drops mid-replay loses nothing; the bounds (dropOldest,
+refuseNewest, maxAgeSeconds) are counted in metrics and raise and clear
 ``northbound-outbox-overflow``; without the option nothing changes."""
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tests.support.servers import wait_until
 from unskit.config import load_config
 from unskit.config.messaging import StoreAndForwardConfig
 from unskit.config.model import BrokerConfig, MessagingConfig
+from unskit.envelope import Message, MessageBuilder
 from unskit.errors import PublishError
 from unskit.messaging import MessagingClient, QoS
 from unskit.messaging.outbox import OutboxStatus
@@ -83,6 +85,9 @@ class Receiver:
         i = json.loads(message.payload)["i"]
         with self._lock:
             self.arrivals.append((i, time.monotonic()))
+
+    def connected(self) -> bool:
+        return self._client is not None and self._client.is_connected()
 
     def distinct(self) -> int:
         with self._lock:
@@ -267,6 +272,110 @@ def test_a_link_lost_mid_replay_loses_nothing_and_keeps_the_order(
         assert order == list(range(n)), "first occurrences out of order or with gaps"
         wait_until(lambda: _outbox(client).entries == 0, 10, "the outbox emptied")
         assert _outbox(client).delivered == n
+    finally:
+        receiver.disconnect()
+        client.close(timeout=2)
+
+
+class EnvelopeReceiver(Receiver):
+    """A Receiver of envelopes: `i` is the body's, and each arrival's header timestamp is
+    kept beside it."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(port)
+        self.stamps: list[tuple[int, int]] = []  # (timestamp_ms, i), in arrival order
+
+    def _on_message(self, _c: paho.Client, _u: Any, message: paho.MQTTMessage) -> None:
+        envelope = Message.from_bytes(message.payload)
+        i = envelope.body["i"]
+        with self._lock:
+            self.arrivals.append((i, time.monotonic()))
+            self.stamps.append((envelope.header.timestamp_ms, i))
+
+    def timestamp_order(self) -> list[int]:
+        """Each `i`, sorted by its envelope timestamp (ties in arrival order)."""
+        with self._lock:
+            return [i for _, i in sorted(self.stamps, key=lambda stamp: stamp[0])]
+
+    def arrived(self, i: int) -> float | None:
+        with self._lock:
+            return next((at for j, at in self.arrivals if j == i), None)
+
+
+def test_live_publishes_go_out_beside_the_replayed_backlog_not_behind_it(
+    broker: Mosquitto, broker_later: Mosquitto, tmp_path: Path
+) -> None:
+    """Issue 36: after an outage, a publish made once the link is back arrives at once while
+    the stored backlog still drains at its pace; every stored one arrives, once. The order
+    rule (docs/decisions.md): each lane keeps publish order; a stored message arrives after
+    live ones made later on the same topic; the envelope timestamp restores one order."""
+    before, stored, live, pace = 3, 30, 5, 10.0  # the backlog drains in 3 s
+    receiver = EnvelopeReceiver(broker_later.plain_port)
+    broker_later.start()
+    receiver.connect()
+    outbox = StoreAndForwardConfig(
+        path=tmp_path / "outbox.sqlite3", replay_messages_per_second=pace
+    )
+    client = _client(broker.plain_port, broker_later.plain_port, outbox)
+
+    def publish(i: int) -> None:
+        message = MessageBuilder("reading", "1").body({"i": i}).build()
+        client.publish_northbound(TOPIC, message, QoS.AT_LEAST_ONCE)
+
+    try:
+        wait_until(client.northbound_connected, 10, "the northbound link")
+        for i in range(before):
+            publish(i)
+        wait_until(lambda: receiver.distinct() >= before, 10, "the messages before the outage")
+        wait_until(lambda: _outbox(client).entries == 0, 10, "their acknowledgements")
+
+        broker_later.stop()  # the outage, while the component keeps publishing
+        wait_until(lambda: not client.northbound_connected(), 10, "the link to drop")
+        for i in range(before, before + stored):
+            publish(i)
+        assert _outbox(client).entries == stored
+
+        broker_later.start()
+        wait_until(client.northbound_connected, 30, "the link back")
+        wait_until(receiver.connected, 10, "the receiver back")
+        first_live = before + stored
+        made: dict[int, float] = {}
+        for i in range(first_live, first_live + live):
+            made[i] = time.monotonic()
+            publish(i)
+        wait_until(lambda: receiver.arrived(first_live + live - 1) is not None, 5, "live ones")
+        # Out at once, not behind the backlog (30 at 10/s: 3 s from the return).
+        for i, at in made.items():
+            arrival = receiver.arrived(i)
+            assert arrival is not None
+            assert arrival - at < 1.0, f"live message {i} arrived {arrival - at:.2f} s late"
+        last_live_at = receiver.arrived(first_live + live - 1)
+        assert last_live_at is not None
+        so_far, times, _ = receiver.first_occurrences()
+        replayed = sum(
+            1
+            for j, at in zip(so_far, times, strict=True)
+            if before <= j < first_live and at <= last_live_at
+        )
+        assert replayed < stored, "the live messages arrived only after the whole backlog"
+
+        total = before + stored + live
+        wait_until(lambda: receiver.distinct() >= total, 15, f"all {total} messages northbound")
+        order, _times, _duplicates = receiver.first_occurrences()
+        assert sorted(order) == list(range(total))  # none lost
+        # None twice: the publisher's link did not change while the backlog drained (the
+        # first few may come again if the receiver's PUBACK was cut off by the outage).
+        after_outage = [i for i, _ in list(receiver.arrivals) if i >= before]
+        assert len(after_outage) == stored + live
+        backlog = [i for i in order if before <= i < first_live]
+        assert backlog == list(range(before, first_live)), "the backlog out of order"
+        assert [i for i in order if i >= first_live] == list(range(first_live, total))
+        # A stored message older than a live one on the same topic arrives after it ...
+        assert order.index(first_live + live - 1) < order.index(first_live - 1)
+        # ... and the envelope timestamp restores the publish order.
+        assert receiver.timestamp_order() == list(range(total))
+        wait_until(lambda: _outbox(client).entries == 0, 10, "the outbox emptied")
+        assert (_outbox(client).delivered, _outbox(client).lost) == (total, 0)
     finally:
         receiver.disconnect()
         client.close(timeout=2)

@@ -62,7 +62,7 @@ class Link:
     ) -> None:
         self.transport = transport
         #: The store-and-forward outbox's replay, when configured: every publish goes
-        #: through it, so stored and live messages keep one order.
+        #: through it, so none is lost; live ones go out beside the stored backlog.
         self.forwarder = forwarder
         self.publish_qos = QoS(config.qos.publish) if config else QoS.AT_LEAST_ONCE
         self.subscribe_qos = QoS(config.qos.subscribe) if config else QoS.AT_LEAST_ONCE

@@ -5,10 +5,13 @@ an append is committed before `publish_northbound` returns, so a SIGKILL loses n
 was published (synchronous=NORMAL; FULL, with commands.durableSync, survives a power cut).
 It is bounded by bytes and age; what the bound removes or refuses is counted.
 
-`Forwarder` is the single thread sending the outbox in sequence order while the link is up:
-at most `max_in_flight` unacknowledged, at most `replay_messages_per_second`, deleting an entry
-when paho reports its PUBACK (QoS 1), PUBCOMP (QoS 2) or, for QoS 0, once paho took it.
-Entries not acknowledged before a restart are sent again: QoS 1's documented duplicates.
+`Forwarder` is the single thread sending the outbox while the link is up, in two lanes: the
+backlog (what was stored while the link was down, or before this start) is replayed in
+sequence order at most `replay_messages_per_second`; live publishes (stored after the link came
+up) go out beside it at once, in sequence order. At most `max_in_flight` are unacknowledged;
+an entry is deleted when paho reports its PUBACK (QoS 1), PUBCOMP (QoS 2) or, for QoS 0, once
+paho took it. Entries not acknowledged before a restart are sent again: QoS 1's documented
+duplicates.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import logging
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -216,13 +220,17 @@ class Outbox:
         row = self._db.execute("SELECT enqueued_ms FROM outbox ORDER BY seq LIMIT 1").fetchone()
         return None if row is None else int(row[0])
 
-    def read(self, after: int, limit: int) -> list[tuple[int, str, bytes, int]]:
-        """Up to `limit` entries with a sequence number above `after`, in order."""
+    def read(
+        self, after: int, limit: int, through: int | None = None
+    ) -> list[tuple[int, str, bytes, int]]:
+        """Up to `limit` entries with a sequence number above `after` (and at most `through`),
+        in order."""
         with self._lock:
             self._require_open()
             return self._db.execute(
-                "SELECT seq, topic, payload, qos FROM outbox WHERE seq > ? ORDER BY seq LIMIT ?",
-                (after, limit),
+                "SELECT seq, topic, payload, qos FROM outbox WHERE seq > ? AND seq <= ? "
+                "ORDER BY seq LIMIT ?",
+                (after, self._last_seq if through is None else through, limit),
             ).fetchall()
 
     def delete(self, seqs: Iterable[int], *, dropped: bool = False) -> int:
@@ -328,8 +336,9 @@ class AckingTransport(Protocol):
 
 
 class Forwarder:
-    """The replay thread: sends the outbox in order while the link is up, within the
-    in-flight window and the pace, and deletes what the broker acknowledged."""
+    """The replay thread: while the link is up, sends live publishes at once and the backlog
+    at the pace beside them, each lane in order, within the in-flight window, and deletes
+    what the broker acknowledged."""
 
     def __init__(self, outbox: Outbox, transport: AckingTransport) -> None:
         self.outbox = outbox
@@ -345,7 +354,15 @@ class Forwarder:
         # QoS 0 packet ids already settled, whose write callback is still to come.
         self._settled_qos0: set[int] = set()
         self._acked: list[int] = []
-        self._cursor = 0  # the last seq handed to the link
+        # Two lanes, so live data never waits behind a backlog (docs/decisions.md). The
+        # backlog: ranges [after, through] of sequence numbers still to send, in order,
+        # `after` moving up as entries go out. Live: every entry above `_live`, the last
+        # live seq handed to the link. Only the replay thread changes either.
+        self._backlog: deque[list[int]] = deque()
+        self._live = 0
+        # The newest seq when the link last came up (or at start): what is stored up to it
+        # and not yet sent joins the backlog, applied by the replay thread.
+        self._rebase: int | None = outbox.last_seq
         self._epoch = 0
         # In-flight entries sent before the last reconnect: paho sends them again first, and
         # nothing newer goes out until they are acknowledged, so order holds across a flap.
@@ -383,6 +400,8 @@ class Forwarder:
             if up:
                 self._epoch += 1
                 self._stale = len(self._in_flight)
+                # Stored while the link was down: the backlog. Published from now on: live.
+                self._rebase = self.outbox.last_seq
             self._cond.notify()
 
     def in_flight(self) -> int:
@@ -427,7 +446,9 @@ class Forwarder:
                     return
 
     def _replay(self) -> None:
-        tokens = max(1.0, self._pace * PACE_BURST_S) if self._pace else 0.0
+        pace = self._pace
+        cap = max(1.0, pace * PACE_BURST_S)
+        tokens = cap
         refilled = time.monotonic()
         next_expiry = 0.0
         while True:
@@ -438,37 +459,34 @@ class Forwarder:
                     self.outbox.expire()
                 except sqlite3.Error:
                     _log.exception("messaging northbound: outbox expiry failed")
+            if pace:
+                tokens = min(cap, tokens + (now - refilled) * pace)
+                refilled = now
             with self._cond:
                 acked, self._acked = self._acked, []
                 if not acked:
-                    free = self._sendable_locked()
                     if self._stop:
                         return
-                    if free == 0:
-                        self._cond.wait(max(0.0, next_expiry - now))
+                    self._rebase_locked()
+                    free = self._free_locked()
+                    live = free > 0 and self.outbox.last_seq > self._live
+                    replay = free > 0 and bool(self._backlog) and (not pace or tokens >= 1)
+                    if not live and not replay:
+                        wait = next_expiry - now
+                        if free and self._backlog:  # the backlog waits for the pace
+                            wait = min(wait, (1 - tokens) / pace)
+                        # A live publish, an acknowledgement or a link change wakes it.
+                        self._cond.wait(max(0.0, wait))
                         continue
             if acked:
                 self._delete(acked)
                 continue
-            if self._pace:
-                now = time.monotonic()
-                cap = max(1.0, self._pace * PACE_BURST_S)
-                tokens = min(cap, tokens + (now - refilled) * self._pace)
-                refilled = now
-                if tokens < 1:
-                    with self._cond:
-                        if not self._stop:
-                            self._cond.wait((1 - tokens) / self._pace)
-                    continue
-                free = min(free, int(tokens))
-            newest = self.outbox.last_seq
-            rows = self.outbox.read(self._cursor, min(free, BATCH))
-            if not rows:
-                # Everything after the cursor was dropped or expired before it was sent.
-                self._cursor = max(self._cursor, newest)
-                continue
-            sent, blocked = self._send(rows)
-            if self._pace:
+            blocked = False
+            if live:  # first: a live publish never waits for the backlog's pace
+                sent, blocked = self._send_live(free)
+                free -= sent
+            if replay and free > 0 and not blocked:
+                sent, blocked = self._send_backlog(min(free, int(tokens)) if pace else free)
                 tokens -= sent
             if blocked:
                 # paho dropped a QoS 0 publish or refused one: the link is going down (its
@@ -477,14 +495,49 @@ class Forwarder:
                     if self._connected and not self._stop:
                         self._cond.wait(LINK_DOWN_WAIT_S)
 
-    def _sendable_locked(self) -> int:
+    def _rebase_locked(self) -> None:
+        newest, self._rebase = self._rebase, None
+        if newest is None or newest <= self._live:
+            return
+        backlog = self._backlog
+        if backlog and backlog[-1][1] == self._live:
+            backlog[-1][1] = newest
+        else:
+            backlog.append([self._live, newest])
+        self._live = newest
+
+    def _free_locked(self) -> int:
         if self._stop or not self._connected or self._stale:
-            return 0
-        if self.outbox.last_seq <= self._cursor:
             return 0
         return max(0, self._window - len(self._in_flight))
 
-    def _send(self, rows: list[tuple[int, str, bytes, int]]) -> tuple[int, bool]:
+    def _send_live(self, limit: int) -> tuple[int, bool]:
+        newest = self.outbox.last_seq
+        rows = self.outbox.read(self._live, min(limit, BATCH))
+        if not rows:
+            # Everything after the cursor was dropped or expired before it was sent.
+            self._live = max(self._live, newest)
+            return 0, False
+        return self._send(rows, backlog=False)
+
+    def _send_backlog(self, limit: int) -> tuple[int, bool]:
+        after, through = self._backlog[0]
+        rows = self.outbox.read(after, min(limit, BATCH), through)
+        if not rows:  # the rest of this range was dropped or expired before it was sent
+            self._backlog.popleft()
+            return 0, False
+        return self._send(rows, backlog=True)
+
+    def _advance(self, seq: int, backlog: bool) -> None:
+        if not backlog:
+            self._live = seq
+            return
+        span = self._backlog[0]
+        span[0] = seq
+        if seq >= span[1]:
+            self._backlog.popleft()
+
+    def _send(self, rows: list[tuple[int, str, bytes, int]], backlog: bool) -> tuple[int, bool]:
         sent = 0
         blocked = False
         for seq, topic, payload, qos in rows:
@@ -497,7 +550,7 @@ class Forwarder:
                     "messaging northbound: outbox entry %d to %r dropped: %s", seq, topic, error
                 )
                 self.outbox.delete([seq], dropped=True)
-                self._cursor = seq
+                self._advance(seq, backlog)
                 continue
             except MessagingError as error:
                 # Refused for now (paho's queue, a closing transport): sent again later.
@@ -508,7 +561,7 @@ class Forwarder:
                 blocked = True
                 break
             with self._cond:
-                self._cursor = seq
+                self._advance(seq, backlog)
                 if qos == QoS.AT_MOST_ONCE:
                     if packet_id in self._early:
                         self._early.discard(packet_id)
