@@ -6,6 +6,7 @@ metric emission and after messaging has drained."""
 from __future__ import annotations
 
 import json
+import logging
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,9 +14,13 @@ from typing import Any
 
 import pytest
 from tests.support.adapter import framework_sections
+from tests.support.logs import recording_logs
 from tests.support.mosquitto import Mosquitto
 from tests.support.opcua import SIM, OpcUaSim
 from tests.support.servers import component_process, wait_until
+
+from unskit.config import load_config
+from unskit.runtime.component import Runtime
 
 pytestmark = pytest.mark.integration
 
@@ -152,3 +157,56 @@ def test_sigterm_exits_0_with_no_error_and_no_traceback(
     errors = [line for line in output.splitlines() if "[ERROR]" in line or "[CRITICAL]" in line]
     assert errors == [], output[-5000:]
     assert "Traceback" not in output, output[-5000:]
+
+
+class _StoreComponent:
+    """A component whose queue gauge reads a store it closes in close(), recording when."""
+
+    token = "store-test"
+    schema = None
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.closed = False
+        self.runtime: Runtime | None = None
+
+    def start(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        runtime.observe_queue("store", self._depth)
+
+    def _depth(self) -> int:
+        assert not self.closed, "the gauge read a closed store"
+        self.calls.append("read")
+        return 0
+
+    def drain(self) -> None:
+        self.calls.append("drain")
+
+    def close(self) -> None:
+        assert self.runtime is not None
+        messaging = self.runtime.get_messaging()
+        self.calls.append("close after messaging" if not messaging.connected() else "close")
+        self.closed = True
+
+
+def test_close_runs_after_the_final_metric_read_and_messaging(
+    broker: Mosquitto, tmp_path: Path, restore_root_logging: None
+) -> None:
+    document = {
+        **framework_sections(broker.plain_port, tmp_path),
+        "component": {},
+        "metricEmission": {"enabled": True, "target": "log", "intervalSeconds": 3600},
+    }
+    path = tmp_path / "store.json"
+    path.write_text(json.dumps(document))
+    app = _StoreComponent()
+    runtime = Runtime(load_config(path, thing="gw", default_component=app.token))
+    with recording_logs() as logs:
+        runtime.start(app)
+        wait_until(runtime.get_messaging().connected, 10, "the component to connect")
+        runtime.shutdown()
+        runtime.shutdown()  # once only
+    # The final emission read the store after the drain; the store closed after messaging.
+    assert app.calls == ["drain", "read", "close after messaging"]
+    assert logs.tracebacks() == []
+    assert not [r for r in logs.records if r.levelno >= logging.ERROR]
