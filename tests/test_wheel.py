@@ -1,7 +1,8 @@
 """The wheel as users install it: `make wheel`'s artifacts checked (auditwheel, twine), then the
 wheel installed into a fresh virtual environment with no Rust toolchain on PATH and no source
-tree on sys.path, and run: `unskit --help`, `unskit validate` on every example, and the echo
-component answering a request through its embedded broker."""
+tree on sys.path, and run: `unskit --help`, `unskit validate` on every example, `unskit demo`
+naming the extra it lacks, and the echo component answering a request through its embedded
+broker."""
 
 from __future__ import annotations
 
@@ -307,6 +308,19 @@ def test_echo_answers_through_its_embedded_broker(installed, tmp_path):
     output = log_path.read_text()
     assert f"embedded MQTT broker listening on 127.0.0.1:{broker_port}" in output, output
     assert "Traceback" not in output, output
+
+
+def test_the_demo_without_the_opcua_extra_names_its_pip_command(installed, tmp_path):
+    # The environment has the `embedded` extra only; the demo also runs the OPC UA server
+    # and adapter (asyncua), so it refuses before starting anything and says what to add.
+    output_dir = tmp_path / "demo-output"
+    result = installed.run("unskit", "demo", "--output", str(output_dir), "--duration", "5")
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert "Traceback" not in output, output
+    assert "'asyncua'" in result.stderr, output
+    assert result.stderr.rstrip().endswith("pip install 'unskit[opcua]'"), output
+    assert not output_dir.exists(), output
 
 
 class _Process:

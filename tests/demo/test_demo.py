@@ -170,3 +170,52 @@ def test_a_component_that_dies_stops_the_demo_with_exit_1(victim: str, tmp_path:
     for name in COMPONENTS:
         code = -9 if name == victim else 0
         assert re.search(rf"^  exit\s+{name}: {code}$", text, re.MULTILINE), text
+
+
+#: `unskit ARGV` with the modules in argv[1] (comma-separated) unimportable, as in an
+#: environment without their extras (None in sys.modules: import raises, find_spec says None).
+WITHOUT = (
+    "import sys\n"
+    "for name in sys.argv[1].split(','):\n"
+    "    sys.modules[name] = None\n"
+    "from unskit.cli import main\n"
+    "sys.exit(main(sys.argv[2:]))\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("blocked", "broker", "extras"),
+    [
+        pytest.param("asyncua", False, "opcua", id="no-asyncua"),
+        pytest.param("amqtt", False, "embedded", id="no-amqtt"),
+        pytest.param("amqtt,asyncua", False, "embedded,opcua", id="neither"),
+        # An external broker: the embedded one's extra is not needed.
+        pytest.param("amqtt,asyncua", True, "opcua", id="neither-external-broker"),
+    ],
+)
+@pytest.mark.integration
+def test_a_missing_extra_is_named_with_its_pip_command_before_anything_starts(
+    tmp_path: Path, blocked: str, broker: bool, extras: str
+) -> None:
+    output = tmp_path / "out"
+    argv = ["demo", "--output", str(output), "--duration", "30"]
+    if broker:
+        argv += ["--broker", "127.0.0.1:1"]
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT, blocked, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("unskit demo: needs "), line
+    assert line.endswith(f"pip install 'unskit[{extras}]'"), line
+    named = {module for module in ("amqtt", "asyncua") if f"'{module}'" in line}
+    assert named == {NEEDS[extra] for extra in extras.split(",")}, line
+    assert not output.exists(), "nothing started, nothing written"
+
+
+#: The package each of the demo's extras brings that the demo needs.
+NEEDS = {"embedded": "amqtt", "opcua": "asyncua"}

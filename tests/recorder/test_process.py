@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -123,3 +125,37 @@ def test_the_example_runs_as_is(broker: Mosquitto, tmp_path: Path):
     files = [p for p in output.rglob("*.parquet") if f"device={device}" in str(p)]
     assert len(files) == 1
     assert sorted(pq.read_table(files[0]).column("value_int64").to_pylist()) == list(range(20))
+
+
+#: `unskit` with pyarrow unimportable (None in sys.modules: `import pyarrow` raises
+#: ImportError and find_spec reports it missing), as in an environment without the extra.
+WITHOUT_PYARROW = (
+    "import sys; sys.modules['pyarrow'] = None; from unskit.cli import main; sys.exit(main())"
+)
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_without_pyarrow_run_refuses_like_validate_with_the_pip_line(
+    broker: Mosquitto, tmp_path: Path, command: str
+):
+    document = framework_sections(broker.plain_port, tmp_path)
+    document["component"] = {"output": {"path": str(tmp_path / "out")}}
+    config = tmp_path / "recorder.json"
+    config.write_text(json.dumps(document))
+    args = ["-c", str(config), "-t", "rec"]
+    argv = ["validate", *args, "--component", "signal-recorder"]
+    if command == "run":
+        argv = ["run", "signal-recorder", *args]
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PYARROW, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert "Traceback" not in output, output
+    [line] = [x for x in output.splitlines() if "pip install" in x]
+    assert "$.component: the signal-recorder (Parquet) needs the 'pyarrow' package" in line, line
+    assert line.endswith("pip install 'unskit[recorder]'"), line
+    assert not list((tmp_path / "out").rglob("*")), "nothing recorded"

@@ -235,6 +235,7 @@ def test_a_failed_start_up_stops_what_already_started(tmp_path, broker, restore_
     import socket
 
     from unskit.config import load_config
+    from unskit.errors import ConfigError
     from unskit.runtime.component import Runtime
     from unskit.runtime.echo import EchoComponent
 
@@ -249,12 +250,33 @@ def test_a_failed_start_up_stops_what_already_started(tmp_path, broker, restore_
         path.write_text(json.dumps(document))
         config = load_config(path, thing="gw-02", default_component="echo")
         runtime = Runtime(config)
-        with pytest.raises(OSError, match="in use"):
+        with pytest.raises(ConfigError, match=r"\$\.metricEmission\.targetConfig\.port.*in use"):
             runtime.start(EchoComponent())
     assert runtime.shutting_down
     assert not runtime.get_messaging().connected()
     assert runtime.health is not None, "the probe server had started"
     assert probe(health_port, "/livez") is None, "and was stopped again"
+
+
+def test_a_scrape_port_in_use_is_one_line_naming_the_key_and_exit_2(tmp_path, broker):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        scrape_port = taken.getsockname()[1]
+        document = json.loads(write_config(tmp_path, broker.plain_port, free_port()).read_text())
+        document["metricEmission"] = {"target": "scrape", "targetConfig": {"port": scrape_port}}
+        path = tmp_path / "scrape.json"
+        path.write_text(json.dumps(document))
+        result = run_cli("echo", "-c", str(path), "-t", "gw-01")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    [line] = [x for x in result.stderr.splitlines() if "$.metricEmission" in x]
+    assert line.startswith("unskit run echo: configuration error:"), line
+    assert f"$.metricEmission.targetConfig.port: port {scrape_port} cannot be bound" in line
+    assert "in use" in line, line
+    assert "[ERROR]" not in result.stderr, result.stderr
 
 
 # A stop signal that lands while a logging handler's lock is held, in a component whose drain

@@ -71,3 +71,8 @@ class CameraAdapter:
         """Fails the backlog with COMPONENT_STOPPING and lets in-flight captures finish."""
         if self.service is not None:
             self.service.drain()
+
+    def close(self) -> None:
+        """Closes the catalog; the runtime calls it after the last metric read it."""
+        if self.service is not None:
+            self.service.close()

@@ -382,6 +382,9 @@ class CameraService:
         self.discovery.close()
         self.announcer.close()
         self.sessions.close()
+
+    def close(self) -> None:
+        """Closes the catalog, after `drain` and after everything that reads it stopped."""
         self.catalog.close()
 
     @property

@@ -11,7 +11,8 @@ Layout of the output folder::
     delivered/  the egress destination (images, and the Parquet files under signals/)
     archive/    sources the egress delivered and verified (kept, not deleted)
 
-The signal-recorder runs when its extra (pyarrow) is installed.
+The demo needs the `embedded` extra (amqtt, unless --broker names a broker) and `opcua`
+(asyncua); the signal-recorder runs when its extra (pyarrow) is installed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 __all__ = [
     "CAMERAS",
     "EGRESS_INSTANCE",
+    "NEEDED_EXTRAS",
     "OPCUA_INSTANCE",
     "PLC",
     "PUSH_INSTANCE",
@@ -33,6 +35,7 @@ __all__ = [
     "Peer",
     "demo_documents",
     "demo_peers",
+    "missing_extras",
     "recorder_available",
 ]
 
@@ -270,6 +273,28 @@ def _egress(output: Path) -> dict[str, Any]:
             ],
         },
     }
+
+
+#: What the demo runs that the base install lacks: (module, extra, what needs it).
+NEEDED_EXTRAS = (
+    ("amqtt", "embedded", "the embedded MQTT broker"),
+    ("asyncua", "opcua", "the OPC UA server and adapter"),
+)
+
+
+def missing_extras(*, embedded_broker: bool = True) -> str | None:
+    """The refusal naming the pip command of every extra the demo needs and this environment
+    lacks (the broker's only when it is embedded), or None when nothing is missing."""
+    missing = [
+        (module, extra, what)
+        for module, extra, what in NEEDED_EXTRAS
+        if (embedded_broker or extra != "embedded") and importlib.util.find_spec(module) is None
+    ]
+    if not missing:
+        return None
+    packages = ", ".join(f"{module!r} ({what})" for module, _, what in missing)
+    extras = ",".join(extra for _, extra, _ in missing)
+    return f"needs {packages}, not installed: pip install 'unskit[{extras}]'"
 
 
 def recorder_available() -> bool:

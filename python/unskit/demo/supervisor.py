@@ -24,7 +24,15 @@ from types import FrameType
 from typing import Any, TextIO
 
 from unskit.config.model import BrokerConfig, MessagingConfig
-from unskit.demo.plan import ROOT, THING, Peer, demo_documents, demo_peers
+from unskit.demo.plan import (
+    ROOT,
+    THING,
+    Peer,
+    demo_documents,
+    demo_peers,
+    missing_extras,
+    recorder_available,
+)
 from unskit.envelope import Message
 from unskit.errors import UnskitError
 from unskit.messaging import MessagingClient
@@ -43,6 +51,8 @@ MARKER = ".unskit-demo"
 #: once it has shipped what they made.
 PRODUCERS = ("camera-adapter", "ethernet-ip-adapter", "opcua-adapter", "signal-recorder")
 EXIT_MISMATCH = 1
+#: An extra the demo needs is not installed (as `unskit validate` and `unskit run` refuse one).
+EXIT_MISSING_EXTRA = 2
 #: How often the supervisor checks that every component is still running.
 MONITOR_INTERVAL_S = 0.5
 #: Wide enough for every component and instance name of the demo.
@@ -583,8 +593,17 @@ def _address(text: str) -> str:
 
 
 def demo_main(args: argparse.Namespace) -> int:
-    """`unskit demo`."""
+    """`unskit demo`; exit 2, before anything starts, when an extra it needs is missing."""
     output = Path(args.output).resolve()
+    missing = missing_extras(embedded_broker=args.broker is None)
+    if missing is not None:
+        print(f"unskit demo: {missing}", file=sys.stderr)
+        return EXIT_MISSING_EXTRA
+    if not recorder_available():
+        print(
+            "unskit demo: the signal-recorder is left out; pip install 'unskit[recorder]' adds it",
+            file=sys.stderr,
+        )
     try:
         _prepare(output)
         opcua_port, cip_port = free_port(), free_port()
@@ -613,7 +632,8 @@ def add_demo_parser(commands: Any) -> None:
         "subscribed to it, the camera adapter with two sim cameras on a schedule, and the file "
         "egress delivering the captured images to a local folder; shows the UNS traffic, then "
         "stops everything cleanly and prints a summary. Exit 0 when every component exited 0 "
-        "and every captured image was delivered with its SHA-256; 1 otherwise.",
+        "and every captured image was delivered with its SHA-256; 1 otherwise; 2, before "
+        "anything starts, when a package it needs is not installed (the pip command is named).",
     )
     parser.add_argument(
         "--duration",

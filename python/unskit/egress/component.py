@@ -178,10 +178,14 @@ class FileEgress:
         return {"instance": context.instance, "requeued": files}
 
     def drain(self) -> None:
-        """Stops every transfer at its next chunk (progress kept) and closes the store."""
+        """Stops every transfer at its next chunk (progress kept)."""
         if self.pipeline is not None:
             self.pipeline.stop()
+            # Verbs from here on answer COMPONENT_STOPPING; the store stays open for them.
             self.pipeline = None
+
+    def close(self) -> None:
+        """Closes the progress store; the runtime calls it after the last metric read it."""
         if self.state is not None:
             self.state.close()
             self.state = None

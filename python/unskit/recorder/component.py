@@ -43,7 +43,11 @@ class SignalRecorder:
         return configuration_issues(config)
 
     def start(self, runtime: Runtime) -> None:
-        """Subscribes, starts the roll clock and offers the verbs."""
+        """Subscribes, starts the roll clock and offers the verbs; refuses (ConfigError) what
+        `unskit validate` refuses, pyarrow missing among it, before importing pyarrow."""
+        issues = configuration_issues(runtime.config)
+        if issues:
+            raise ConfigError(issues)
         from unskit.recorder.service import Recorder
         from unskit.recorder.verbs import recorder_verbs
 

@@ -62,7 +62,10 @@ DRAIN_TIMEOUT_S = 5.0
 class ComponentApp(Protocol):
     """What a component implements; the runtime owns everything around it. A component
     whose section has rules its schema cannot say also offers a classmethod
-    ``configuration_issues(config) -> list[ConfigIssue]``, which `unskit validate` calls."""
+    ``configuration_issues(config) -> list[ConfigIssue]``, which `unskit validate` calls.
+    A component holding stores that its metrics, verbs or message handlers read (a catalog,
+    delivery progress) also offers ``close()``: the runtime calls it once at shutdown, after
+    the final metric emission and after messaging closed, so nothing reads a closed store."""
 
     #: The {component} topic token used when the configuration sets none.
     token: ClassVar[str]
@@ -214,8 +217,8 @@ class Runtime:
         self.metrics.observe(QUEUES_FAMILY, "depth", depth, {"queue": name})
 
     def set_metrics_interval(self, seconds: float) -> None:
-        """A component's own metric cadence (an adapter's metricsIntervalSecs) overrides
-        metricEmission.intervalSeconds; a no-op when metric emission is off."""
+        """Sets the metric cadence from here on (an adapter's metricsIntervalSecs, given,
+        overrides metricEmission.intervalSeconds); a no-op when metric emission is off."""
         if self._reporter is not None:
             self._reporter.set_interval(seconds)
 
@@ -325,6 +328,11 @@ class Runtime:
         coordinator.add_drain_step("messaging", lambda: self.get_messaging().close(DRAIN_TIMEOUT_S))
         # After messaging: no request can reach the idempotency store any more.
         coordinator.add_drain_step("command store", self._close_command_store)
+        # Likewise the component's own stores, after the last metric read them too.
+        if callable(getattr(app, "close", None)):
+            coordinator.add_drain_step(
+                f"{config.component_token} stores", lambda: self._close_app(app)
+            )
         if self.embedded_broker is not None:
             coordinator.add_drain_step("embedded broker", self.embedded_broker.stop)
         # Before the probes answer: whoever sees ready may signal, and must get a drain.
@@ -431,6 +439,11 @@ class Runtime:
     def _drain_app(self, app: ComponentApp | None) -> None:
         if app is not None and self._app_started:
             app.drain()
+
+    def _close_app(self, app: ComponentApp | None) -> None:
+        close = getattr(app, "close", None)
+        if close is not None and self._app_started:
+            close()
 
     def _stop_publish_watch(self) -> None:
         if self.publish_watch is not None:

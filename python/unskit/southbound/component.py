@@ -15,7 +15,7 @@ from unskit.runtime.component import Runtime
 from unskit.southbound.driver import InstanceSpec
 from unskit.southbound.service import DriverFactory, Skipped, SouthboundService
 
-__all__ = ["Candidate", "SouthboundComponent", "shared_sections"]
+__all__ = ["Candidate", "SouthboundComponent", "metrics_interval", "shared_sections"]
 
 _log = logging.getLogger(__name__)
 
@@ -34,6 +34,14 @@ def shared_sections(config: ComponentConfig) -> dict[str, Any]:
     component = dict(document.get("component") or {})
     component.pop("instances", None)
     return {**document, "component": component}
+
+
+def metrics_interval(candidate: Candidate, config: ComponentConfig) -> float:
+    """The metric cadence: the adapter's metricsIntervalSecs when given, else
+    metricEmission.intervalSeconds (whose default, 60 s, the adapter key shares)."""
+    # metricsIntervalSecs is component-global: every instance carries the same timing.
+    own = candidate.specs[0].timing.metrics_interval_secs if candidate.specs else None
+    return float(own) if own is not None else config.metric_emission.interval_seconds
 
 
 class SouthboundComponent:
@@ -73,7 +81,7 @@ class SouthboundComponent:
         service = SouthboundService(runtime, self.drivers())
         candidate = self.parse(runtime.config)
         service.apply(candidate.specs, candidate.skipped, shared_sections(runtime.config))
-        self._follow_metrics_interval(candidate)
+        self._follow_metrics_interval(candidate, runtime.config)
         self.service = service
         inbox = runtime.command_inbox(service.instance_ids)
         service.register_verbs(inbox)
@@ -87,13 +95,12 @@ class SouthboundComponent:
         assert self.service is not None
         candidate = self.parse(config)
         outcome = self.service.apply(candidate.specs, candidate.skipped, shared_sections(config))
-        self._follow_metrics_interval(candidate)
+        self._follow_metrics_interval(candidate, config)
         return outcome
 
-    def _follow_metrics_interval(self, candidate: Candidate) -> None:
-        # metricsIntervalSecs is component-global: every instance carries the same timing.
-        if self._runtime is not None and candidate.specs:
-            self._runtime.set_metrics_interval(candidate.specs[0].timing.metrics_interval_secs)
+    def _follow_metrics_interval(self, candidate: Candidate, config: ComponentConfig) -> None:
+        if self._runtime is not None:
+            self._runtime.set_metrics_interval(metrics_interval(candidate, config))
 
     def drain(self) -> None:
         """Stops every instance: the last batches are published, connections closed."""

@@ -208,7 +208,9 @@ class Timing:
     reconnect_backoff_max_ms: int = 60000
     stale_signal_secs: int = 60
     keepalive_probe_interval_ms: int = 60000
-    metrics_interval_secs: int = 60
+    #: component.global.metrics.metricsIntervalSecs; None when not given, and then the
+    #: framework's metricEmission.intervalSeconds is the cadence.
+    metrics_interval_secs: int | None = None
 
 
 def parse_timing(
@@ -232,7 +234,7 @@ def parse_timing(
         keepalive_probe_interval_ms=timing.get(
             "keepaliveProbeIntervalMs", defaults.keepalive_probe_interval_ms
         ),
-        metrics_interval_secs=metrics.get("metricsIntervalSecs", defaults.metrics_interval_secs),
+        metrics_interval_secs=metrics.get("metricsIntervalSecs"),
     )
 
 

@@ -6,6 +6,7 @@ The text format 0.0.4 by default; OpenMetrics 1.0 (or text 1.0.0) when the scrap
 
 from __future__ import annotations
 
+import errno
 import http.server
 import logging
 import re
@@ -18,6 +19,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from unskit.config.model import DEFAULT_SCRAPE_HOST, DEFAULT_SCRAPE_PATH, DEFAULT_SCRAPE_PORT
+from unskit.errors import ConfigError, ConfigIssue
 from unskit.runtime.metrics.registry import MetricKind, MetricSample, MetricsRegistry
 
 __all__ = ["PROMETHEUS_CONTENT_TYPE", "ScrapeEmitter", "render_exposition", "render_prometheus"]
@@ -48,19 +50,37 @@ class ScrapeEmitter:
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        """Binds and serves on a daemon thread; a second start is a no-op."""
+        """Binds and serves on a daemon thread; a second start is a no-op. A bind that fails
+        (the port in use) is a ConfigError naming the key, so `unskit run` exits 2 in one line."""
         with self._lock:
             if self._server is not None:
                 return
-            server = http.server.ThreadingHTTPServer(
-                (self._host, self._requested_port), _scrape_handler(self._registry, self._path)
-            )
+            try:
+                server = http.server.ThreadingHTTPServer(
+                    (self._host, self._requested_port), _scrape_handler(self._registry, self._path)
+                )
+            except OSError as error:
+                raise ConfigError([self._bind_issue(error)]) from None
             server.daemon_threads = True
             thread = threading.Thread(
                 target=server.serve_forever, name="unskit-metrics-scrape", daemon=True
             )
             thread.start()
             self._server, self._thread = server, thread
+
+    def _bind_issue(self, error: OSError) -> ConfigIssue:
+        """The key to blame for a bind that failed: the port when it is taken or
+        privileged, else the host (not an address of this machine, no such name)."""
+        reason = error.strerror or str(error)
+        where = f"{self._host}:{self._requested_port}"
+        if error.errno in (errno.EADDRINUSE, errno.EACCES):
+            return ConfigIssue(
+                "$.metricEmission.targetConfig.port",
+                f"port {self._requested_port} cannot be bound on {self._host} ({reason})",
+            )
+        return ConfigIssue(
+            "$.metricEmission.targetConfig.host", f"{where} cannot be bound ({reason})"
+        )
 
     @property
     def port(self) -> int:
