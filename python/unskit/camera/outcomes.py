@@ -109,6 +109,7 @@ class Outcomes:
             failure=failure,
             marks=capture.marks,
             freshness=capture.freshness,
+            frame_age_ms=capture.frame_age_ms,
         )
         if state is JobState.CANCELLED:
             job.error_code = ErrorCode.CAPTURE_CANCELLED.value
@@ -181,19 +182,18 @@ class Outcomes:
     # -- deadlines and stopping ---------------------------------------------------------------
 
     def watch_deadlines(self, stopping: threading.Event) -> None:
-        """Fails each capture past its deadline with CAPTURE_TIMEOUT, until the stop."""
+        """Fails each capture past its deadline with CAPTURE_TIMEOUT (STALE_FRAME when
+        `freshness: require` was still waiting for a frame young enough), until the stop."""
         while not stopping.is_set():
             for capture in self._pending.wait_expired():
                 capture.abandon.set()
                 stage = STAGES.get(capture.job.state, "queue")
-                self.fail(
-                    capture,
-                    CaptureError(
-                        ErrorCode.CAPTURE_TIMEOUT,
-                        stage,
-                        f"no terminal state within {capture.job.timeout_ms} ms",
-                    ),
+                error = capture.rejected or CaptureError(
+                    ErrorCode.CAPTURE_TIMEOUT,
+                    stage,
+                    f"no terminal state within {capture.job.timeout_ms} ms",
                 )
+                self.fail(capture, error, capture.frame)
 
     def stop_backlog(self) -> None:
         """Fails every capture not yet started with COMPONENT_STOPPING."""
