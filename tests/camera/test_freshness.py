@@ -41,6 +41,7 @@ def rig(harness: CameraHarness) -> Rig:
                 # Every second trigger is answered by the previous frame.
                 trigger_camera("repeating", repeatFrameEvery=2),
                 sim("plain"),
+                sim("failing", failFirst=1),
             ],
             "captureProfiles": PROFILES,
         }
@@ -118,6 +119,39 @@ def test_freshness_policy_table(
         assert evidence["frameTriggerId"] == 1
         assert evidence["identicalToPrevious"] is True
         assert evidence["perceptualDistance"] == 0
+
+
+# Every terminal body where a frame was acquired carries its age: (camera, the capture
+# before, profile) -> outcome, and whether a frame (and frameAgeMs) is in the body.
+BODIES = [
+    ("plain", None, "strict", "SUCCEEDED", True),
+    ("plain", None, "blind", "SUCCEEDED", True),
+    ("repeating", "lax", "strict", "STALE_FRAME", True),
+    ("failing", None, "strict", "BACKEND_ERROR", False),
+]
+
+
+@pytest.mark.parametrize(("instance", "before", "profile", "outcome", "frame"), BODIES)
+def test_every_terminal_body_with_a_frame_carries_its_age(
+    rig: Rig, instance: str, before: str | None, profile: str, outcome: str, frame: bool
+) -> None:
+    if before is not None:
+        rig.call("capture", {"requestId": rid(), "captureProfile": before}, instance)
+    body = rig.call("capture", {"requestId": rid(), "captureProfile": profile}, instance)
+    assert body.get("failure", {}).get("code", "SUCCEEDED") == outcome
+    assert ("frame" in body) is frame
+    assert ("frameAgeMs" in body) is frame
+    if frame:
+        # The sim draws its frame when asked: after the request.
+        assert body["frameAgeMs"] == 0
+        if profile != "blind":
+            assert body["freshness"]["evidence"]["frameAgeMs"] == 0
+            assert body["freshness"]["evidence"]["maxFrameAgeMs"] == 1000
+    _, message = rig.announced(body["captureId"])
+    assert message.body.get("frameAgeMs") == body.get("frameAgeMs")
+    if "image" in body:
+        sidecar = rig.output / body["image"]["metadataSidecarRelativePath"]
+        assert json.loads(sidecar.read_text())["frameAgeMs"] == 0
 
 
 def test_stale_counted(rig: Rig) -> None:

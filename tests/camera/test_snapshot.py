@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from tests.camera.conftest import CameraHarness, Rig
-from tests.support.servers import free_port
+from tests.support.servers import free_port, wait_until
 from unskit.camera.codec import jpeg_dimensions
 from unskit.config.vault import Vault, VaultKey
 
@@ -379,4 +379,26 @@ def test_an_old_picture_from_a_cache_is_not_a_new_image(
     assert status["result"]["frameAgeMs"] == body["frameAgeMs"]
     topic, message = rig.announced(body["captureId"])
     assert topic.endswith("/app/image/failed")
+    assert message.body["frameAgeMs"] == body["frameAgeMs"]
+
+
+def test_a_capture_cancelled_while_waiting_for_a_young_frame_reports_the_old_one(
+    rig: Rig, camera: Camera
+) -> None:
+    request = {"requestId": "waiting", "captureProfile": "strict", "timeoutMs": 60_000}
+    submitted = rig.call("capture-submit", request, "aged")
+    stale = rig.runtime.metrics.counter("captures", "staleFrames", {"camera": "aged"})
+    # Asked again and again (the cache keeps its hour-old copy), counted once.
+    wait_until(lambda: camera.hits["/aged.jpg"] >= 3, 20, "the camera asked again")
+    assert stale.total == 1
+    assert rig.status(submitted["captureId"])["state"] == "ACQUIRING"
+    cancel = rig.call("capture-cancel", {"requestId": "c", "captureId": submitted["captureId"]})
+    assert cancel["cancelled"] is True
+    body = rig.terminal(submitted["captureId"])["result"]
+    assert "image" not in body
+    assert "failure" not in body
+    assert (HOUR_S - 60) * 1000 < body["frameAgeMs"] <= HOUR_S * 1000
+    assert body["freshness"]["method"] == "frame-age"
+    topic, message = rig.announced(submitted["captureId"])
+    assert topic.endswith("/app/image/cancelled")
     assert message.body["frameAgeMs"] == body["frameAgeMs"]

@@ -144,11 +144,13 @@ class Outcomes:
     def fail(
         self, capture: PendingCapture, error: CaptureError, acquired: Acquired | None = None
     ) -> bool:
-        """Settles a capture FAILED with `error`; False if it was already terminal."""
+        """Settles a capture FAILED with `error`; False if it was already terminal. The body
+        carries the frame the capture acquired, if any (and its age), unless `acquired` says."""
         with capture.lock:
             if capture.done:
                 return False
-            self.settle_locked(capture, JobState.FAILED, acquired, failure=error.to_failure())
+            frame = acquired if acquired is not None else capture.frame
+            self.settle_locked(capture, JobState.FAILED, frame, failure=error.to_failure())
         self.after_settle(capture)
         return True
 
@@ -159,7 +161,8 @@ class Outcomes:
             with capture.lock:
                 if not capture.done:
                     capture.abandon.set()
-                    self.settle_locked(capture, JobState.CANCELLED, None, reason=reason)
+                    # A frame it had acquired is reported (with its age), like a failure's.
+                    self.settle_locked(capture, JobState.CANCELLED, capture.frame, reason=reason)
                     cancelled = True
                 else:
                     cancelled = False
@@ -193,7 +196,7 @@ class Outcomes:
                     stage,
                     f"no terminal state within {capture.job.timeout_ms} ms",
                 )
-                self.fail(capture, error, capture.frame)
+                self.fail(capture, error)
 
     def stop_backlog(self) -> None:
         """Fails every capture not yet started with COMPONENT_STOPPING."""

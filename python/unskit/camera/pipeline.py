@@ -145,7 +145,7 @@ class CapturePipeline:
                 # Out of time while waiting for a fresher frame: the old frame is the reason.
                 if error.code == ErrorCode.CAPTURE_TIMEOUT and capture.rejected is not None:
                     error = capture.rejected
-                self._outcomes.fail(capture, error, capture.frame)
+                self._outcomes.fail(capture, error)
                 return None
             session.record_success()
             capture.marks["acquired"] = now_ms()
