@@ -190,13 +190,18 @@ class Outcomes:
         while not stopping.is_set():
             for capture in self._pending.wait_expired():
                 capture.abandon.set()
-                stage = STAGES.get(capture.job.state, "queue")
-                error = capture.rejected or CaptureError(
-                    ErrorCode.CAPTURE_TIMEOUT,
-                    stage,
-                    f"no terminal state within {capture.job.timeout_ms} ms",
-                )
-                self.fail(capture, error)
+                with capture.lock:
+                    if capture.done:
+                        continue
+                    # Under the lock the pipeline updates the frame and the refusal with.
+                    error = capture.rejected or CaptureError(
+                        ErrorCode.CAPTURE_TIMEOUT,
+                        STAGES.get(capture.job.state, "queue"),
+                        f"no terminal state within {capture.job.timeout_ms} ms",
+                    )
+                    failure = error.to_failure()
+                    self.settle_locked(capture, JobState.FAILED, capture.frame, failure=failure)
+                self.after_settle(capture)
 
     def stop_backlog(self) -> None:
         """Fails every capture not yet started with COMPONENT_STOPPING."""

@@ -18,6 +18,7 @@ from unskit.camera.bodies import sidecar
 from unskit.camera.catalog import Catalog
 from unskit.camera.codec import encode_jpeg, thumbnail
 from unskit.camera.config import CameraSettings, ProfileSpec
+from unskit.camera.freshness import Judgement
 from unskit.camera.jobs import NON_TERMINAL, STAGES, JobState, now_ms
 from unskit.camera.outcomes import Outcomes
 from unskit.camera.pending import PendingCapture, PendingCaptures
@@ -150,10 +151,12 @@ class CapturePipeline:
             session.record_success()
             capture.marks["acquired"] = now_ms()
             age = max(0, round((capture.requested - acquired.arrived_at) * 1000))
-            capture.frame, capture.frame_age_ms = acquired, age
-            refusal = self._judge(session, capture, acquired)
+            judgement, refusal = self._judge(session, capture, acquired, age)
+            with capture.lock:  # the deadline watchdog settles with all four
+                capture.frame, capture.frame_age_ms = acquired, age
+                capture.freshness = judgement.body
+                capture.rejected = refusal if judgement.too_old else None
             if refusal is None:
-                capture.rejected = None
                 return acquired
             if refusal is not capture.rejected:
                 self._outcomes.fail(capture, refusal, acquired)
@@ -164,25 +167,24 @@ class CapturePipeline:
                 return None
 
     def _judge(
-        self, session: CameraSession, capture: PendingCapture, acquired: Acquired
-    ) -> CaptureError | None:
-        """Judges the frame's freshness: None to take it, else the STALE_FRAME refusal (kept
-        in `capture.rejected` when the frame is only too old, so a newer one may be tried)."""
+        self, session: CameraSession, capture: PendingCapture, acquired: Acquired, age: int
+    ) -> tuple[Judgement, CaptureError | None]:
+        """Judges a frame `age` ms older than its request: the judgement, and None to take
+        the frame or the STALE_FRAME refusal (a newer frame may be tried if only too old)."""
         profile = self._profile(capture)
-        age, limit = capture.frame_age_ms or 0, session.spec.max_frame_age_ms
+        limit = session.spec.max_frame_age_ms
         judgement = session.freshness.judge(
             capture.job.capture_id, acquired, profile.freshness, age_ms=age, max_age_ms=limit
         )
-        capture.freshness = judgement.body
         if not judgement.stale:
-            return None
+            return judgement, None
         if capture.rejected is None:  # counted once per capture, however often it asks again
             self._metrics.counter("captures", "staleFrames", {"camera": session.instance}).inc()
         method = judgement.body["method"]
         if judgement.too_old:
             message = (
-                f"the newest frame arrived {age} ms before the request "
-                f"(maxFrameAgeMs {limit}; by {method})"
+                f"no frame young enough: the newest arrived {age} ms before the request "
+                f"(maxFrameAgeMs {limit})"
             )
         else:
             previous = judgement.body["evidence"].get("previousCaptureId")
@@ -190,11 +192,8 @@ class CapturePipeline:
         if profile.freshness != "require":
             _log.warning("capture %s: %s; profile %s only warns", capture.job.capture_id,
                          message, profile.name)  # fmt: skip
-            return None
-        refusal = CaptureError(ErrorCode.STALE_FRAME, "acquisition", message)
-        if judgement.too_old:
-            capture.rejected = refusal
-        return refusal
+            return judgement, None
+        return judgement, CaptureError(ErrorCode.STALE_FRAME, "acquisition", message)
 
     def _encode(self, capture: PendingCapture, acquired: Acquired) -> bytes | None:
         """The image to store (and the thumbnail), or None when the capture failed."""
