@@ -342,6 +342,7 @@ def _warm(rig: Rig) -> dict[str, Any]:
     return body
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", list(STALLS))
 def test_a_frame_from_before_a_stall_is_stale_not_a_new_image(
     harness: CameraHarness, own_rtsp_server: RtspServer, how: str
@@ -372,6 +373,7 @@ def test_a_frame_from_before_a_stall_is_stale_not_a_new_image(
     assert rig.status(body["captureId"])["errorCode"] == "STALE_FRAME"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", list(STALLS))
 def test_require_waits_through_a_stall_for_a_fresh_frame(
     harness: CameraHarness, own_rtsp_server: RtspServer, how: str
