@@ -48,6 +48,20 @@ def test_defaults(tmp_path: Path) -> None:
     assert set(settings.profiles) == {"default"}
     camera = settings.cameras["a"]
     assert (camera.enabled, camera.default_capture_profile) == (True, "default")
+    assert camera.max_frame_age_ms == 1000
+
+
+@pytest.mark.parametrize(("value", "accepted"), [(0, True), (86_400_000, True), (-1, False),
+                                                 (86_400_001, False), (1.5, False)])  # fmt: skip
+def test_max_frame_age_ms(tmp_path: Path, value: Any, accepted: bool) -> None:
+    camera = {"instance": "a", "backend": "sim", "maxFrameAgeMs": value}
+    if accepted:
+        settings = parse_settings(load(tmp_path, {"cameras": [camera]}))
+        assert settings.cameras["a"].max_frame_age_ms == value
+        return
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, {"cameras": [camera]})
+    assert [issue.path for issue in caught.value.issues] == ["$.component.cameras[0].maxFrameAgeMs"]
 
 
 @pytest.mark.parametrize(

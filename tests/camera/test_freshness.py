@@ -41,6 +41,7 @@ def rig(harness: CameraHarness) -> Rig:
                 # Every second trigger is answered by the previous frame.
                 trigger_camera("repeating", repeatFrameEvery=2),
                 sim("plain"),
+                sim("failing", failFirst=1),
             ],
             "captureProfiles": PROFILES,
         }
@@ -120,6 +121,39 @@ def test_freshness_policy_table(
         assert evidence["perceptualDistance"] == 0
 
 
+# Every terminal body where a frame was acquired carries its age: (camera, the capture
+# before, profile) -> outcome, and whether a frame (and frameAgeMs) is in the body.
+BODIES = [
+    ("plain", None, "strict", "SUCCEEDED", True),
+    ("plain", None, "blind", "SUCCEEDED", True),
+    ("repeating", "lax", "strict", "STALE_FRAME", True),
+    ("failing", None, "strict", "BACKEND_ERROR", False),
+]
+
+
+@pytest.mark.parametrize(("instance", "before", "profile", "outcome", "frame"), BODIES)
+def test_every_terminal_body_with_a_frame_carries_its_age(
+    rig: Rig, instance: str, before: str | None, profile: str, outcome: str, frame: bool
+) -> None:
+    if before is not None:
+        rig.call("capture", {"requestId": rid(), "captureProfile": before}, instance)
+    body = rig.call("capture", {"requestId": rid(), "captureProfile": profile}, instance)
+    assert body.get("failure", {}).get("code", "SUCCEEDED") == outcome
+    assert ("frame" in body) is frame
+    assert ("frameAgeMs" in body) is frame
+    if frame:
+        # The sim draws its frame when asked: after the request.
+        assert body["frameAgeMs"] == 0
+        if profile != "blind":
+            assert body["freshness"]["evidence"]["frameAgeMs"] == 0
+            assert body["freshness"]["evidence"]["maxFrameAgeMs"] == 1000
+    _, message = rig.announced(body["captureId"])
+    assert message.body.get("frameAgeMs") == body.get("frameAgeMs")
+    if "image" in body:
+        sidecar = rig.output / body["image"]["metadataSidecarRelativePath"]
+        assert json.loads(sidecar.read_text())["frameAgeMs"] == 0
+
+
 def test_stale_counted(rig: Rig) -> None:
     rig.call("capture", {"requestId": rid(), "captureProfile": "lax"}, "repeating")
     rig.call("capture", {"requestId": rid(), "captureProfile": "lax"}, "repeating")
@@ -134,17 +168,68 @@ def test_the_judge_by_content_alone() -> None:
     memory = FreshnessMemory()
 
     def frame(data: np.ndarray[Any, np.dtype[np.uint8]]) -> Acquired:
-        return Acquired(frame=Frame(data, "bgr8", "raw"))
+        return Acquired(frame=Frame(data, "bgr8", "raw"), arrived_at=0.0)
 
-    first = memory.judge("cap_1", frame(pixels), "require")
+    young = {"age_ms": 0, "max_age_ms": 1000}
+    first = memory.judge("cap_1", frame(pixels), "require", **young)
     assert (first.verdict, first.body["method"]) == ("unknown", "first-capture")
     changed = pixels.copy()
     changed[0, 0, 0] ^= 1
-    second = memory.judge("cap_2", frame(changed), "require")
+    second = memory.judge("cap_2", frame(changed), "require", **young)
     assert (second.verdict, second.body["method"]) == ("fresh", "content-hash")
     # One bit differs: exactly different, perceptually the same picture.
     assert second.body["evidence"]["perceptualDistance"] == 0
-    third = memory.judge("cap_3", frame(changed.copy()), "require")
+    third = memory.judge("cap_3", frame(changed.copy()), "require", **young)
     assert (third.verdict, third.body["method"]) == ("stale", "content-hash")
     assert third.body["evidence"]["previousCaptureId"] == "cap_2"
     assert fingerprint(Frame(changed, "bgr8", "raw"))[0] == third.body["evidence"]["contentSha256"]
+
+
+# The judge's age rule: (policy, frame age, maxFrameAgeMs) -> verdict and method, and
+# whether the frame becomes the baseline of the next capture. A frame refused for its age
+# under `require` does not: the capture waits for a newer one.
+AGES = [
+    ("require", 0, 500, "unknown", "first-capture", True),
+    ("require", 500, 500, "unknown", "first-capture", True),
+    ("require", 501, 500, "stale", "frame-age", False),
+    ("warn", 501, 500, "stale", "frame-age", True),
+    ("require", 3_600_000, 86_400_000, "unknown", "first-capture", True),
+    ("off", 3_600_000, 0, "unchecked", None, False),
+]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("policy", "age", "limit", "verdict", "method", "baseline"), AGES)
+def test_the_judge_by_frame_age(
+    policy: str, age: int, limit: int, verdict: str, method: str | None, baseline: bool
+) -> None:
+    memory = FreshnessMemory()
+    rng = np.random.default_rng(9)
+    pixels = np.asarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8), np.uint8)
+    acquired = Acquired(frame=Frame(pixels, "bgr8", "raw"), arrived_at=0.0)
+    judged = memory.judge("cap_1", acquired, policy, age_ms=age, max_age_ms=limit)
+    assert (judged.verdict, judged.body.get("method")) == (verdict, method)
+    assert judged.too_old is (method == "frame-age")
+    if policy != "off":
+        assert judged.body["evidence"]["frameAgeMs"] == age
+        assert judged.body["evidence"]["maxFrameAgeMs"] == limit
+    again = memory.judge("cap_2", acquired, "warn", age_ms=0, max_age_ms=limit)
+    # The same pixels again: provably the baseline's frame, if it became the baseline.
+    assert (again.body["evidence"].get("previousCaptureId") == "cap_1") is baseline
+    if baseline:
+        assert (again.verdict, again.body["method"]) == ("stale", "content-hash")
+
+
+@pytest.mark.unit
+def test_a_frame_provably_the_previous_is_stale_by_that_even_when_young() -> None:
+    memory = FreshnessMemory()
+    pixels = np.zeros((16, 16, 3), np.uint8)
+    acquired = Acquired(frame=Frame(pixels, "bgr8", "raw"), arrived_at=0.0)
+    memory.judge("cap_1", acquired, "require", age_ms=0, max_age_ms=500)
+    judged = memory.judge("cap_2", acquired, "require", age_ms=9_000, max_age_ms=500)
+    # The stronger finding decides, and it is final (no newer frame is waited for).
+    assert (judged.verdict, judged.body["method"], judged.too_old) == (
+        "stale",
+        "content-hash",
+        False,
+    )

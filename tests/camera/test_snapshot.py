@@ -7,7 +7,10 @@ from __future__ import annotations
 import hashlib
 import secrets
 import threading
+import time
+from collections import Counter
 from collections.abc import Iterator
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,7 @@ import numpy as np
 import pytest
 
 from tests.camera.conftest import CameraHarness, Rig
-from tests.support.servers import free_port
+from tests.support.servers import free_port, wait_until
 from unskit.camera.codec import jpeg_dimensions
 from unskit.config.vault import Vault, VaultKey
 
@@ -34,7 +37,7 @@ def _image(kind: str, seed: int = 3) -> bytes:
 
 
 JPEG = _image(".jpg")
-DATED = "Tue, 24 Nov 2026 08:00:00 GMT"
+HOUR_S = 3600
 PNG = _image(".png")
 
 
@@ -42,13 +45,19 @@ class Camera:
     """An HTTP camera: /basic.jpg, /digest.jpg, /open.png, /slow.jpg, /broken.jpg, and for
     freshness /live.jpg (a new picture and ETag each request), /cached.jpg (a cache in front
     of the camera: the same picture and ETag) and /dated.jpg (the same picture with only a
-    Last-Modified that never changes)."""
+    Last-Modified that never changes, an hour old), /aged.jpg (a cache in front of the
+    camera that serves the copy it stored an hour ago, with `Age: 3600`, whatever the request
+    says) and /revalidating.jpg (the same cache, but honouring `Cache-Control: no-cache`: it
+    asks the camera again and serves a new picture with `Age: 0`)."""
 
     def __init__(self) -> None:
         self.release = threading.Event()
         self.nonce = secrets.token_hex(8)
         self.requests = 0
+        self.hits: Counter[str] = Counter()
         self.live = 0
+        #: An hour before the camera started: the Last-Modified of a picture that never changes.
+        self.dated = formatdate(time.time() - HOUR_S, usegmt=True)
         camera = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -57,6 +66,7 @@ class Camera:
 
             def do_GET(self) -> None:
                 camera.requests += 1
+                camera.hits[self.path] += 1
                 if self.path == "/basic.jpg" and not camera.basic_ok(self):
                     return self.challenge(f'Basic realm="{REALM}"')
                 if self.path == "/digest.jpg" and not camera.digest_ok(self):
@@ -73,9 +83,17 @@ class Camera:
                         _image(".jpg", 100 + camera.live), "image/jpeg", ETag=f'"v{camera.live}"'
                     )
                 if self.path == "/cached.jpg":
-                    return self.send(JPEG, "image/jpeg", ETag='"v1"', **{"Last-Modified": DATED})
+                    return self.send(
+                        JPEG, "image/jpeg", ETag='"v1"', **{"Last-Modified": camera.dated}
+                    )
                 if self.path == "/dated.jpg":
-                    return self.send(JPEG, "image/jpeg", **{"Last-Modified": DATED})
+                    return self.send(JPEG, "image/jpeg", **{"Last-Modified": camera.dated})
+                revalidate = self.headers.get("Cache-Control") == "no-cache"
+                if self.path == "/revalidating.jpg" and revalidate:
+                    camera.live += 1
+                    return self.send(_image(".jpg", 100 + camera.live), "image/jpeg", Age="0")
+                if self.path in ("/aged.jpg", "/revalidating.jpg"):
+                    return self.send(JPEG, "image/jpeg", Age=str(HOUR_S))
                 if self.path == "/open.png":
                     return self.send(PNG, "image/png")
                 if self.path in ("/basic.jpg", "/digest.jpg", "/slow.jpg"):
@@ -175,8 +193,14 @@ def rig(harness: CameraHarness, camera: Camera, tmp_path: Path) -> Rig:
             snap("slow", "/slow.jpg"),
             snap("broken", "/broken.jpg"),
             snap("live", "/live.jpg"),
-            snap("cached", "/cached.jpg"),
-            snap("dated", "/dated.jpg"),
+            # An hour-old picture is young enough for these two: their tests compare it
+            # with the previous capture.
+            {**snap("cached", "/cached.jpg"), "maxFrameAgeMs": 2 * HOUR_S * 1000},
+            {**snap("dated", "/dated.jpg"), "maxFrameAgeMs": 2 * HOUR_S * 1000},
+            # The same hour-old pictures with the default maxFrameAgeMs.
+            snap("stored", "/dated.jpg"),
+            snap("aged", "/aged.jpg"),
+            snap("revalidating", "/revalidating.jpg"),
             # Nothing listens on a port that was free a moment ago.
             {
                 "instance": "gone",
@@ -187,6 +211,8 @@ def rig(harness: CameraHarness, camera: Camera, tmp_path: Path) -> Rig:
         "captureProfiles": {
             "reencode": {"storeAsReceived": False, "quality": 50},
             "strict": {"freshness": "require"},
+            "lax": {"freshness": "warn"},
+            "blind": {"freshness": "off"},
         },
     }
     document = harness.document(
@@ -268,7 +294,7 @@ FRESHNESS = [
 
 @pytest.mark.parametrize(("instance", "method", "verdict", "code"), FRESHNESS)
 def test_snapshot_freshness(
-    rig: Rig, instance: str, method: str, verdict: str, code: str | None
+    rig: Rig, camera: Camera, instance: str, method: str, verdict: str, code: str | None
 ) -> None:
     strict = {"captureProfile": "strict"}
     first = rig.call("capture", {"requestId": f"{instance}-1", **strict}, instance)
@@ -286,8 +312,93 @@ def test_snapshot_freshness(
         assert second["failure"]["code"] == code
         assert "image" not in second
         assert evidence["identicalToPrevious"] is True
-        assert evidence["lastModified"] == evidence["previousLastModified"] == DATED
+        assert evidence["lastModified"] == evidence["previousLastModified"] == camera.dated
         if method == "etag":
             assert evidence["etag"] == evidence["previousEtag"] == '"v1"'
         topic, _ = rig.announced(second["captureId"])
         assert topic.endswith("/app/image/failed")
+
+
+# A cache in front of the camera, by what its response declares: (camera, profile) ->
+# (outcome, verdict, method, frameAgeMs about). An image is as old as the response says:
+# its Age plus how long before the response's Date it was Last-Modified (less the one
+# second either may round away), counted back from the request. `require` asks again
+# until the capture's timeout.
+AGED = [
+    ("aged", "strict", "STALE_FRAME", "stale", "frame-age", HOUR_S * 1000),
+    ("aged", "lax", "SUCCEEDED", "stale", "frame-age", HOUR_S * 1000),
+    ("aged", "blind", "SUCCEEDED", "unchecked", None, HOUR_S * 1000),
+    ("stored", "strict", "STALE_FRAME", "stale", "frame-age", (HOUR_S - 1) * 1000),
+    ("stored", "lax", "SUCCEEDED", "stale", "frame-age", (HOUR_S - 1) * 1000),
+    # The cache honours the no-cache every GET sends: a new picture, not the stored one.
+    ("revalidating", "strict", "SUCCEEDED", "unknown", "first-capture", 0),
+    ("live", "strict", "SUCCEEDED", "unknown", "first-capture", 0),
+]
+
+
+@pytest.mark.parametrize(("instance", "profile", "outcome", "verdict", "method", "age"), AGED)
+def test_an_old_picture_from_a_cache_is_not_a_new_image(
+    rig: Rig,
+    camera: Camera,
+    instance: str,
+    profile: str,
+    outcome: str,
+    verdict: str,
+    method: str | None,
+    age: int,
+) -> None:
+    timeout = 1000
+    request = {"requestId": f"{instance}-{profile}", "captureProfile": profile}
+    body = rig.call("capture", {**request, "timeoutMs": timeout}, instance)
+    fresh = body["freshness"]
+    assert (fresh["verdict"], fresh.get("method")) == (verdict, method)
+    assert body["frame"]["width"] == 160
+    if instance in ("live", "revalidating"):
+        assert body["frameAgeMs"] == 0
+    else:
+        # Counted at the request, a moment before the answer (and the camera's start).
+        assert age - 60_000 < body["frameAgeMs"] <= age + 60_000
+    if verdict != "unchecked":
+        assert fresh["evidence"]["frameAgeMs"] == body["frameAgeMs"]
+        assert fresh["evidence"]["maxFrameAgeMs"] == 1000
+    served = f"/{'dated' if instance == 'stored' else instance}.jpg"
+    if outcome == "SUCCEEDED":
+        assert "image" in body
+        assert "failure" not in body
+        assert camera.hits[served] == 1
+        return
+    assert "image" not in body
+    assert body["failure"]["code"] == "STALE_FRAME"
+    assert body["failure"]["stage"] == "acquisition"
+    assert f"{body['frameAgeMs']} ms before the request" in body["failure"]["message"]
+    # It asked again until the timeout: no answer was young enough.
+    assert camera.hits[served] >= 2
+    assert body["durationsMs"]["total"] >= timeout
+    status = rig.status(body["captureId"])
+    assert (status["state"], status["errorCode"]) == ("FAILED", "STALE_FRAME")
+    assert status["result"]["frameAgeMs"] == body["frameAgeMs"]
+    topic, message = rig.announced(body["captureId"])
+    assert topic.endswith("/app/image/failed")
+    assert message.body["frameAgeMs"] == body["frameAgeMs"]
+
+
+def test_a_capture_cancelled_while_waiting_for_a_young_frame_reports_the_old_one(
+    rig: Rig, camera: Camera
+) -> None:
+    request = {"requestId": "waiting", "captureProfile": "strict", "timeoutMs": 60_000}
+    submitted = rig.call("capture-submit", request, "aged")
+    stale = rig.runtime.metrics.counter("captures", "staleFrames", {"camera": "aged"})
+    # Asked again and again (the cache keeps its hour-old copy), counted once.
+    wait_until(lambda: camera.hits["/aged.jpg"] >= 3, 20, "the camera asked again")
+    assert stale.total == 1
+    assert rig.status(submitted["captureId"])["state"] == "ACQUIRING"
+    cancel = rig.call("capture-cancel", {"requestId": "c", "captureId": submitted["captureId"]})
+    assert cancel["cancelled"] is True
+    body = rig.terminal(submitted["captureId"])["result"]
+    assert "image" not in body
+    assert "failure" not in body
+    assert (HOUR_S - 60) * 1000 < body["frameAgeMs"] <= HOUR_S * 1000
+    assert body["freshness"]["method"] == "frame-age"
+    topic, message = rig.announced(submitted["captureId"])
+    assert topic.endswith("/app/image/cancelled")
+    assert message.body["frameAgeMs"] == body["frameAgeMs"]

@@ -134,7 +134,7 @@ class Admission:
     ) -> list[Job]:
         """Admits all `requests` or none (ACCEPTED, then QUEUED), or raises the refusal."""
         self._check_storage()
-        accepted_ms = now_ms()
+        accepted_ms, requested = now_ms(), time.monotonic()
         with self._pending.lock:
             if self._stopping.is_set():
                 raise CommandError(ErrorCode.COMPONENT_STOPPING, "the component is stopping")
@@ -153,6 +153,7 @@ class Admission:
                     frame_bytes(self._sessions.get(job.camera)),
                     started + job.timeout_ms / 1000,
                     profile=self._settings.profiles.get(job.profile),
+                    requested=requested,
                 )
                 for job in jobs
             ]

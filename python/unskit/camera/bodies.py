@@ -65,8 +65,11 @@ def terminal_body(
     failure: Mapping[str, Any] | None = None,
     marks: Mapping[str, int] | None = None,
     freshness: Mapping[str, Any] | None = None,
+    frame_age_ms: int | None = None,
 ) -> dict[str, Any]:
-    """The terminal capture body: the settled reply, the status result and the announcement."""
+    """The terminal capture body: the settled reply, the status result and the announcement;
+    `frameAgeMs` (how long before the request the frame arrived, 0 when after) beside
+    `frame` whenever a frame was acquired."""
     marks = marks or {}
     body: dict[str, Any] = {
         "schemaVersion": 1,
@@ -84,6 +87,8 @@ def terminal_body(
         body["image"] = dict(image)
     if acquired is not None:
         body["frame"] = _frame(acquired)
+        if frame_age_ms is not None:
+            body["frameAgeMs"] = frame_age_ms
     body["camera"] = dict(camera)
     body["metadata"] = dict(job.metadata)
     if failure is not None:
@@ -105,6 +110,7 @@ def sidecar(
     data: bytes,
     camera: Mapping[str, Any],
     freshness: Mapping[str, Any] | None = None,
+    frame_age_ms: int | None = None,
 ) -> dict[str, Any]:
     """The metadata sidecar written beside the image (its digest is the image's business)."""
     width, height = jpeg_dimensions(data) or (acquired.frame.width, acquired.frame.height)
@@ -125,6 +131,7 @@ def sidecar(
             "sha256": None,
         },
         "frame": _frame(acquired),
+        **({"frameAgeMs": frame_age_ms} if frame_age_ms is not None else {}),
         "camera": dict(camera),
         "metadata": dict(job.metadata),
         **({"freshness": dict(freshness)} if freshness is not None else {}),

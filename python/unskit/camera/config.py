@@ -50,6 +50,9 @@ BACKEND_MODES = {
 #: How a capture profile treats a frame that is provably the previous capture's.
 FRESHNESS_POLICIES = ("require", "warn", "off")
 DEFAULT_FRESHNESS = "warn"
+#: How long before its capture's request a frame may have arrived and still be fresh (a
+#: stream's jitter and an HTTP header's one-second resolution stay inside it).
+DEFAULT_MAX_FRAME_AGE_MS = 1_000
 DEFAULT_MAX_QUEUED_EVENTS = 256
 DEFAULT_STORAGE_CHECK_MS = 5_000
 
@@ -118,6 +121,7 @@ class CameraSpec:
     default_capture_profile: str = DEFAULT_PROFILE
     schedules: tuple[ScheduleSpec, ...] = ()
     ptz: PtzSpec = field(default_factory=PtzSpec)
+    max_frame_age_ms: int = DEFAULT_MAX_FRAME_AGE_MS
 
 
 @dataclass(frozen=True)
@@ -220,6 +224,7 @@ def _camera(entry: Mapping[str, Any]) -> CameraSpec:
         connection=dict(entry.get("connection") or {}),
         default_capture_profile=entry.get("defaultCaptureProfile", DEFAULT_PROFILE),
         schedules=schedules,
+        max_frame_age_ms=int(entry.get("maxFrameAgeMs", DEFAULT_MAX_FRAME_AGE_MS)),
     )
 
 

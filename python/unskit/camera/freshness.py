@@ -1,8 +1,17 @@
-"""Capture freshness: how a capture knows its frame is new, judged against the previous
-capture of the same camera, and what a capture profile does with a frame that is provably
-the previous one (`freshness: require | warn | off`).
+"""Capture freshness: how a capture knows its frame is new, judged against its own request
+(the frame's age) and against the previous capture of the same camera, and what a capture
+profile does with a stale frame (`freshness: require | warn | off`).
 
-Evidence, strongest first:
+A frame is fresh for a capture only if it arrived after the capture was requested, or at
+most the camera's `maxFrameAgeMs` before (its age: how long before the request it arrived,
+0 when after; the backend says when it arrived, see `Acquired.arrived_at`). An older frame
+is stale by `frame-age`, whatever the previous capture was: a stalled stream's decoder
+hands out the last frames it received long after they came, and a cache in front of an
+HTTP camera answers with a picture taken long ago. Under `require` the pipeline asks again
+for such a frame until the capture's deadline (a new frame may yet come).
+
+Against the previous capture, the evidence strongest first (a frame provably the previous
+one is stale by it even when young enough, and fails at once under `require`):
 
 - trigger-latency: a software trigger was answered by a frame exposed for that trigger
   (fresh) or by a frame exposed for an earlier one (stale);
@@ -16,8 +25,8 @@ Evidence, strongest first:
   timestamps on the same picture. The perceptual distance (a 64-bit difference hash) is
   reported beside it, as evidence only: a still scene is legitimately similar.
 
-The verdict is fresh, stale or unknown (the first capture of a camera with no other
-evidence). Only stale fails, and only under `require`.
+The verdict is fresh, stale or unknown (the first young-enough capture of a camera with no
+other evidence). Only stale fails, and only under `require`.
 """
 
 from __future__ import annotations
@@ -73,8 +82,13 @@ class Judgement:
 
     @property
     def stale(self) -> bool:
-        """Whether the frame is provably the previous capture's."""
+        """Whether the frame is too old for its capture or provably the previous capture's."""
         return self.verdict == "stale"
+
+    @property
+    def too_old(self) -> bool:
+        """Whether it is stale by its age alone (a newer frame may still come)."""
+        return self.stale and self.body["method"] == "frame-age"
 
 
 def _compare(signals: Mapping[str, Any], previous: _Previous | None) -> tuple[str | None, str]:
@@ -111,17 +125,22 @@ class FreshnessMemory:
         self._lock = threading.Lock()
         self._previous: _Previous | None = None
 
-    def judge(self, capture_id: str, acquired: Acquired, policy: str) -> Judgement:
-        """Judges a frame against the previous capture and remembers it as the previous."""
+    def judge(
+        self, capture_id: str, acquired: Acquired, policy: str, *, age_ms: int, max_age_ms: int
+    ) -> Judgement:
+        """Judges a frame `age_ms` older than its request (the camera allows `max_age_ms`) and
+        against the previous capture; remembers it as the previous unless `require` refuses
+        it for its age (the capture then waits for a newer frame)."""
         if policy == "off":
             return Judgement("unchecked", {"policy": "off", "verdict": "unchecked"})
         content, perceptual = fingerprint(acquired.frame)
         signals = dict(acquired.freshness)
         with self._lock:
             previous = self._previous
-            self._previous = _Previous(capture_id, signals, content, perceptual)
         method, verdict = _compare(signals, previous)
         evidence: dict[str, Any] = {**signals, "contentSha256": content}
+        evidence["frameAgeMs"] = age_ms
+        evidence["maxFrameAgeMs"] = max_age_ms
         evidence["perceptualHash"] = f"{perceptual:016x}"
         if previous is not None:
             identical = previous.content == content
@@ -136,6 +155,12 @@ class FreshnessMemory:
                 verdict = "stale"
             elif verdict == "unknown":
                 method, verdict = "content-hash", "fresh"
+        if age_ms > max_age_ms and verdict != "stale":
+            # Provably the previous frame is the stronger finding; otherwise its age decides.
+            method, verdict = "frame-age", "stale"
+        if not (policy == "require" and method == "frame-age"):
+            with self._lock:
+                self._previous = _Previous(capture_id, signals, content, perceptual)
         body = {
             "policy": policy,
             "verdict": verdict,

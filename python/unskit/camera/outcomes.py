@@ -109,6 +109,7 @@ class Outcomes:
             failure=failure,
             marks=capture.marks,
             freshness=capture.freshness,
+            frame_age_ms=capture.frame_age_ms,
         )
         if state is JobState.CANCELLED:
             job.error_code = ErrorCode.CAPTURE_CANCELLED.value
@@ -143,11 +144,13 @@ class Outcomes:
     def fail(
         self, capture: PendingCapture, error: CaptureError, acquired: Acquired | None = None
     ) -> bool:
-        """Settles a capture FAILED with `error`; False if it was already terminal."""
+        """Settles a capture FAILED with `error`; False if it was already terminal. The body
+        carries the frame the capture acquired, if any (and its age), unless `acquired` says."""
         with capture.lock:
             if capture.done:
                 return False
-            self.settle_locked(capture, JobState.FAILED, acquired, failure=error.to_failure())
+            frame = acquired if acquired is not None else capture.frame
+            self.settle_locked(capture, JobState.FAILED, frame, failure=error.to_failure())
         self.after_settle(capture)
         return True
 
@@ -158,7 +161,8 @@ class Outcomes:
             with capture.lock:
                 if not capture.done:
                     capture.abandon.set()
-                    self.settle_locked(capture, JobState.CANCELLED, None, reason=reason)
+                    # A frame it had acquired is reported (with its age), like a failure's.
+                    self.settle_locked(capture, JobState.CANCELLED, capture.frame, reason=reason)
                     cancelled = True
                 else:
                     cancelled = False
@@ -181,19 +185,23 @@ class Outcomes:
     # -- deadlines and stopping ---------------------------------------------------------------
 
     def watch_deadlines(self, stopping: threading.Event) -> None:
-        """Fails each capture past its deadline with CAPTURE_TIMEOUT, until the stop."""
+        """Fails each capture past its deadline with CAPTURE_TIMEOUT (STALE_FRAME when
+        `freshness: require` was still waiting for a frame young enough), until the stop."""
         while not stopping.is_set():
             for capture in self._pending.wait_expired():
                 capture.abandon.set()
-                stage = STAGES.get(capture.job.state, "queue")
-                self.fail(
-                    capture,
-                    CaptureError(
+                with capture.lock:
+                    if capture.done:
+                        continue
+                    # Under the lock the pipeline updates the frame and the refusal with.
+                    error = capture.rejected or CaptureError(
                         ErrorCode.CAPTURE_TIMEOUT,
-                        stage,
+                        STAGES.get(capture.job.state, "queue"),
                         f"no terminal state within {capture.job.timeout_ms} ms",
-                    ),
-                )
+                    )
+                    failure = error.to_failure()
+                    self.settle_locked(capture, JobState.FAILED, capture.frame, failure=failure)
+                self.after_settle(capture)
 
     def stop_backlog(self) -> None:
         """Fails every capture not yet started with COMPONENT_STOPPING."""

@@ -18,10 +18,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from unskit.camera.backends import Acquired
 from unskit.camera.catalog import GroupRecord
 from unskit.camera.codec import Thumbnail
 from unskit.camera.config import Limits, ProfileSpec
 from unskit.camera.jobs import IN_FLIGHT, Job, JobState
+from unskit.errors import CaptureError
 
 __all__ = ["DispatchQueue", "PendingCapture", "PendingCaptures", "PendingGroup"]
 
@@ -49,6 +51,16 @@ class PendingCapture:
     freshness: Mapping[str, Any] | None = None
     #: The profile as it was at admission (a reload applies profile changes to new captures).
     profile: ProfileSpec | None = None
+    #: The monotonic instant the capture was requested (accepted): a frame is fresh for it
+    #: only if it arrived after this, or within the camera's maxFrameAgeMs before it.
+    requested: float = field(default_factory=time.monotonic)
+    #: The last frame the capture acquired, and how long before `requested` it arrived
+    #: (0 when after): every terminal body where a frame was seen carries both.
+    frame: Acquired | None = None
+    frame_age_ms: int | None = None
+    #: Why the last frame was refused while `freshness: require` waits for a fresher one;
+    #: the failure if none comes before the deadline.
+    rejected: CaptureError | None = None
 
 
 @dataclass

@@ -18,6 +18,7 @@ from unskit.camera.bodies import sidecar
 from unskit.camera.catalog import Catalog
 from unskit.camera.codec import encode_jpeg, thumbnail
 from unskit.camera.config import CameraSettings, ProfileSpec
+from unskit.camera.freshness import Judgement
 from unskit.camera.jobs import NON_TERMINAL, STAGES, JobState, now_ms
 from unskit.camera.outcomes import Outcomes
 from unskit.camera.pending import PendingCapture, PendingCaptures
@@ -30,6 +31,10 @@ from unskit.runtime.metrics import MetricsRegistry
 __all__ = ["CapturePipeline"]
 
 _log = logging.getLogger(__name__)
+
+#: The pause before asking a camera again for a frame `freshness: require` refused for its
+#: age (a snapshot camera is asked by a new GET; a stream's grab waits for a new frame).
+STALE_RETRY_S = 0.2
 
 
 class CapturePipeline:
@@ -108,17 +113,8 @@ class CapturePipeline:
             return
         capture.marks["acquisitionStarted"] = now_ms()
         self._announcer.lifecycle("info", "capture-started", job, captureMode=job.capture_mode)
-        try:
-            acquired = session.backend.grab(capture.deadline, capture.abandon)
-        except CaptureError as error:
-            session.record_error(error.message)
-            self._outcomes.fail(capture, error)
-            return
-        session.record_success()
-        capture.marks["acquired"] = now_ms()
-        if not self._fresh(session, capture, acquired):
-            return
-        if not self._advance(capture, JobState.ENCODING):
+        acquired = self._acquire(session, capture)
+        if acquired is None or not self._advance(capture, JobState.ENCODING):
             return
         data = self._encode(capture, acquired)
         if data is None or not self._advance(capture, JobState.PERSISTING):
@@ -137,25 +133,67 @@ class CapturePipeline:
             return capture.profile
         return self._settings.profiles[capture.job.profile]
 
-    def _fresh(self, session: CameraSession, capture: PendingCapture, acquired: Acquired) -> bool:
-        """Judges the frame's freshness; False when the capture failed as STALE_FRAME."""
+    def _acquire(self, session: CameraSession, capture: PendingCapture) -> Acquired | None:
+        """The capture's frame, judged; under `freshness: require` a frame too old for the
+        request is refused and the camera asked again until the deadline. None when the
+        capture failed (or was settled by someone else)."""
+        assert session.backend is not None
+        while True:
+            try:
+                acquired = session.backend.grab(capture.deadline, capture.abandon)
+            except CaptureError as error:
+                session.record_error(error.message)
+                # Out of time while waiting for a fresher frame: the old frame is the reason.
+                if error.code == ErrorCode.CAPTURE_TIMEOUT and capture.rejected is not None:
+                    error = capture.rejected
+                self._outcomes.fail(capture, error)
+                return None
+            session.record_success()
+            capture.marks["acquired"] = now_ms()
+            age = max(0, round((capture.requested - acquired.arrived_at) * 1000))
+            judgement, refusal = self._judge(session, capture, acquired, age)
+            with capture.lock:  # the deadline watchdog settles with all four
+                capture.frame, capture.frame_age_ms = acquired, age
+                capture.freshness = judgement.body
+                capture.rejected = refusal if judgement.too_old else None
+            if refusal is None:
+                return acquired
+            if refusal is not capture.rejected:
+                self._outcomes.fail(capture, refusal, acquired)
+                return None
+            pause = min(STALE_RETRY_S, max(capture.deadline - time.monotonic(), 0.0))
+            if capture.abandon.wait(pause) or time.monotonic() >= capture.deadline:
+                self._outcomes.fail(capture, refusal, acquired)
+                return None
+
+    def _judge(
+        self, session: CameraSession, capture: PendingCapture, acquired: Acquired, age: int
+    ) -> tuple[Judgement, CaptureError | None]:
+        """Judges a frame `age` ms older than its request: the judgement, and None to take
+        the frame or the STALE_FRAME refusal (a newer frame may be tried if only too old)."""
         profile = self._profile(capture)
-        judgement = session.freshness.judge(capture.job.capture_id, acquired, profile.freshness)
-        capture.freshness = judgement.body
+        limit = session.spec.max_frame_age_ms
+        judgement = session.freshness.judge(
+            capture.job.capture_id, acquired, profile.freshness, age_ms=age, max_age_ms=limit
+        )
         if not judgement.stale:
-            return True
-        self._metrics.counter("captures", "staleFrames", {"camera": session.instance}).inc()
+            return judgement, None
+        if capture.rejected is None:  # counted once per capture, however often it asks again
+            self._metrics.counter("captures", "staleFrames", {"camera": session.instance}).inc()
         method = judgement.body["method"]
-        previous = judgement.body["evidence"].get("previousCaptureId")
-        message = f"the frame is provably {previous}'s again (by {method})"
+        if judgement.too_old:
+            message = (
+                f"no frame young enough: the newest arrived {age} ms before the request "
+                f"(maxFrameAgeMs {limit})"
+            )
+        else:
+            previous = judgement.body["evidence"].get("previousCaptureId")
+            message = f"the frame is provably {previous}'s again (by {method})"
         if profile.freshness != "require":
             _log.warning("capture %s: %s; profile %s only warns", capture.job.capture_id,
                          message, profile.name)  # fmt: skip
-            return True
-        self._outcomes.fail(
-            capture, CaptureError(ErrorCode.STALE_FRAME, "acquisition", message), acquired
-        )
-        return False
+            return judgement, None
+        return judgement, CaptureError(ErrorCode.STALE_FRAME, "acquisition", message)
 
     def _encode(self, capture: PendingCapture, acquired: Acquired) -> bytes | None:
         """The image to store (and the thumbnail), or None when the capture failed."""
@@ -186,7 +224,13 @@ class CapturePipeline:
         meta = None
         if self._settings.storage.sidecar:
             meta = sidecar(
-                job, capture.marks, acquired, data, session.camera_block(), capture.freshness
+                job,
+                capture.marks,
+                acquired,
+                data,
+                session.camera_block(),
+                capture.freshness,
+                capture.frame_age_ms,
             )
         try:
             staged = self._storage.stage(

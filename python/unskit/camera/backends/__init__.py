@@ -39,6 +39,12 @@ class Acquired:
     #: Epoch ms the camera stamped the frame with, or None when it stamps nothing.
     camera_frame_at_ms: int | None = None
     frame_received_at_ms: int = 0
+    #: The monotonic instant (time.monotonic()) the frame arrived at the adapter, as well as
+    #: the backend can tell: a stream's frame by its presentation timestamp (a decoder can
+    #: hand out a frame long after its bytes came), an HTTP image less the age its headers
+    #: declare. A capture's frame is fresh only if it arrived after the request, or within
+    #: the camera's maxFrameAgeMs of it (freshness.py).
+    arrived_at: float = field(kw_only=True)
     backend_metadata: Mapping[str, Any] = field(default_factory=dict)
     #: What the backend knows about the frame's freshness (freshness.py reads it):
     #: session and presentationTimestampMs (a stream), etag and lastModified (HTTP),
@@ -122,7 +128,8 @@ class Backend(Protocol):
         ...
 
     def grab(self, deadline: float, abandon: threading.Event) -> Acquired:
-        """One fresh frame before the monotonic `deadline`; raises CaptureError."""
+        """One frame asked for by this call, before the monotonic `deadline`, with when it
+        arrived (`arrived_at`); raises CaptureError."""
         ...
 
     def reconnect(self) -> None:

@@ -1,6 +1,11 @@
 """The `rtsp-frame` backend: OpenCV's bundled FFmpeg keeps an RTSP session open between
 captures (a reader thread decodes continuously, so the stream stays warm), and a capture
-takes the first frame decoded after it asked: a fresh frame, never a buffered one."""
+takes the first frame decoded after it asked.
+
+Decoded after the request is not arrived after it: FFmpeg's frame-threaded decoder holds a
+few frames, and when the stream stalls (the server stops sending, the socket open) it hands
+them out at each read timeout, seconds after their bytes came. So each frame's arrival is
+told by the stream's own clock (`StreamClock`), and the capture judges its age by that."""
 
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from unskit.commands.codes import ErrorCode
 from unskit.config.secrets import SecretRef, SecretResolver, resolve_value
 from unskit.errors import CaptureError, SecretError
 
-__all__ = ["RtspBackend"]
+__all__ = ["RtspBackend", "StreamClock"]
 
 _log = logging.getLogger(__name__)
 
@@ -34,6 +39,34 @@ _FFMPEG_OPTIONS = (
 OPEN_TIMEOUT_MS = 10_000
 READ_TIMEOUT_MS = 5_000
 _BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
+#: How fast the stream clock's offset may rise, in seconds per second: a camera clock up to
+#: 1000 ppm slower than ours is followed, a stall (seconds without a frame) is not.
+CLOCK_CREEP = 0.001
+
+
+class StreamClock:
+    """When each frame of one session arrived, by its presentation timestamp: a frame should
+    have come `offset` after its timestamp, the least delay seen in the session (rising by
+    at most CLOCK_CREEP per second, so the clocks may drift). A frame handed out late (a
+    decoder draining after a stall) is placed back at its timestamp, never at its decoding.
+    A timestamp that does not advance re-anchors the clock at that frame's receipt."""
+
+    def __init__(self) -> None:
+        self._offset: float | None = None
+        self._received = 0.0
+        self._pts_s = 0.0
+
+    def arrival(self, received: float, pts_ms: float) -> float:
+        """The monotonic instant a frame received (decoded) at `received` arrived."""
+        pts_s = pts_ms / 1000
+        delay = received - pts_s
+        if self._offset is None or pts_s <= self._pts_s:
+            self._offset = delay
+        else:
+            elapsed = max(received - self._received, 0.0)
+            self._offset = min(self._offset + CLOCK_CREEP * elapsed, delay)
+        self._received, self._pts_s = received, pts_s
+        return pts_s + self._offset
 
 
 class RtspBackend:
@@ -58,6 +91,7 @@ class RtspBackend:
         self._cond = threading.Condition()
         self._frame: np.ndarray[Any, np.dtype[np.uint8]] | None = None
         self._frame_ms = 0
+        self._frame_arrived = 0.0
         self._frame_pts: float | None = None
         self._frame_session = 0
         self._sequence = 0
@@ -126,6 +160,7 @@ class RtspBackend:
                 continue
             self.sessions += 1
             opened = self.sessions
+            clock = StreamClock()
             attempt = 0
             try:
                 while not stop.is_set():
@@ -136,11 +171,13 @@ class RtspBackend:
                     # The stream's presentation timestamp of this frame (ms from the start
                     # of the session): the freshness evidence of a stream.
                     pts = float(capture.get(cv2.CAP_PROP_POS_MSEC))
+                    arrived = clock.arrival(time.monotonic(), pts)
                     with self._cond:
                         if session != self._session:
                             return
                         self._frame = np.asarray(pixels, np.uint8)
                         self._frame_ms = time.time_ns() // 1_000_000
+                        self._frame_arrived = arrived
                         self._frame_pts = pts
                         self._frame_session = opened
                         self._sequence += 1
@@ -157,7 +194,8 @@ class RtspBackend:
         _log.debug("rtsp: %s", message)
 
     def grab(self, deadline: float, abandon: threading.Event) -> Acquired:
-        """The first frame decoded after this call, before the deadline."""
+        """The first frame decoded after this call, before the deadline (when it arrived
+        by the stream's clock in `arrived_at`)."""
         asked = time.monotonic()
         self._ensure_reader()
         with self._cond:
@@ -175,12 +213,13 @@ class RtspBackend:
                     )
                 self._cond.wait(min(remaining, 0.5))
             assert self._frame is not None
-            pixels, received = self._frame, self._frame_ms
+            pixels, received, arrived = self._frame, self._frame_ms, self._frame_arrived
             pts, session = self._frame_pts, self._frame_session
         return Acquired(
             frame=Frame(pixels, "bgr8", "h264"),
             camera_frame_at_ms=None,
             frame_received_at_ms=received,
+            arrived_at=arrived,
             backend_metadata={"session": self.sessions},
             freshness={"session": session, "presentationTimestampMs": pts},
         )

@@ -113,6 +113,7 @@ class SimBackend:
             frame=Frame(pixels, self.pixel_format, "raw"),
             camera_frame_at_ms=now_ms,
             frame_received_at_ms=now_ms,
+            arrived_at=time.monotonic(),
             backend_metadata={"frameCounter": count},
             freshness={"frameCounter": count, "session": self.sessions},
         )
@@ -161,6 +162,7 @@ class SimBackend:
             frame=Frame(pixels.copy(), self.pixel_format, "raw"),
             camera_frame_at_ms=frame_ms,
             frame_received_at_ms=int(time.time() * 1000),
+            arrived_at=time.monotonic(),
             backend_metadata={"triggerId": trigger_id, "triggerToFrameMs": latency_ms},
             freshness={
                 "triggerId": trigger_id,

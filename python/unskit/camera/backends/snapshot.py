@@ -1,6 +1,13 @@
 """The `snapshot-uri` backend: one HTTP(S) GET of a still image per capture, with basic or
 digest authentication. A JPEG is kept as received when the profile allows; anything OpenCV
-decodes (PNG, BMP) is re-encoded."""
+decodes (PNG, BMP) is re-encoded.
+
+HTTP gives no frame time, so the image arrived when its response did, less the age the
+response declares (`declared_age_s`): a cache's `Age`, and how long before the response's
+`Date` the image was `Last-Modified`. Each GET says `Cache-Control: no-cache`, so a
+conforming cache in front of the camera asks the camera again. A cache that strips both
+headers and serves an old picture cannot be told apart by its age: only its bytes, equal
+to the previous capture's, betray it (freshness.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +16,8 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from email.message import Message
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from unskit.camera.backends import Acquired, PtzHead, redacted_uri, still_capabilities
@@ -22,6 +31,24 @@ __all__ = ["SnapshotBackend"]
 # A snapshot larger than this is refused rather than held in memory.
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 _CHUNK = 1 << 16
+
+
+def declared_age_s(headers: Message) -> float:
+    """How old a response says its image is, in seconds, at least: its `Age` (time spent in
+    caches) plus how long before its `Date` it was `Last-Modified`, less the one second
+    either whole-second value may round away. 0 when it says nothing (or nonsense)."""
+    age = 0.0
+    value = headers.get("Age", "").strip()
+    if value.isdigit():
+        age = float(value)
+    date, modified = headers.get("Date"), headers.get("Last-Modified")
+    if date and modified:
+        try:
+            held = (parsedate_to_datetime(date) - parsedate_to_datetime(modified)).total_seconds()
+        except (TypeError, ValueError):
+            held = 0.0
+        age += max(held - 1.0, 0.0)
+    return age
 
 
 class SnapshotBackend:
@@ -79,8 +106,11 @@ class SnapshotBackend:
         if remaining <= 0:
             raise CaptureError(ErrorCode.CAPTURE_TIMEOUT, "acquisition", "no time left to ask")
         where = redacted_uri(self.uri)
+        request = urllib.request.Request(
+            self.uri, headers={"Cache-Control": "no-cache", "Pragma": "no-cache"}
+        )
         try:
-            with opener.open(self.uri, timeout=remaining) as response:
+            with opener.open(request, timeout=remaining) as response:
                 status = int(response.status)
                 content_type = str(response.headers.get("Content-Type", ""))
                 validators = {
@@ -88,6 +118,9 @@ class SnapshotBackend:
                     for key, header in (("etag", "ETag"), ("lastModified", "Last-Modified"))
                     if response.headers.get(header)
                 }
+                age_s = declared_age_s(response.headers)
+                if response.headers.get("Age", "").strip().isdigit():
+                    validators["httpAge"] = int(response.headers["Age"].strip())
                 data = bytearray()
                 while chunk := response.read(_CHUNK):
                     data += chunk
@@ -124,7 +157,7 @@ class SnapshotBackend:
                 f"{where} sent more than {MAX_SNAPSHOT_BYTES} bytes",
                 retriable=False,
             )
-        received_ms = time.time_ns() // 1_000_000
+        received_ms, received = time.time_ns() // 1_000_000, time.monotonic()
         payload = bytes(data)
         try:
             frame = decode_image(payload)
@@ -141,6 +174,7 @@ class SnapshotBackend:
             encoded=encoded,
             camera_frame_at_ms=None,
             frame_received_at_ms=received_ms,
+            arrived_at=received - age_s,
             backend_metadata={"httpStatus": status, "contentType": content_type},
             freshness=validators,
         )
