@@ -543,6 +543,65 @@ BAD: list[tuple[str, Any, Platform, str, tuple[str, ...]]] = [
         "$.component.cert['$secret']",
         ("non-empty string",),
     ),
+    # Issue 36: an integer key given as a number with a zero fraction reached a socket
+    # ("127.0.0.1:18837.0"), paho (struct.error) or the probe server (TypeError).
+    (
+        "broker-port-with-a-fraction",
+        patched({"messaging": {"local": {"port": 18837.0}}}),
+        Platform.HOST,
+        "$.messaging.local.port",
+        ("must be an integer", "without a decimal point"),
+    ),
+    (
+        "keepalive-with-a-fraction",
+        patched({"messaging": {"local": {"keepAliveSeconds": 30.0}}}),
+        Platform.HOST,
+        "$.messaging.local.keepAliveSeconds",
+        ("must be an integer",),
+    ),
+    (
+        "health-port-with-a-fraction",
+        patched({"health": {"port": 18903.0}}),
+        Platform.HOST,
+        "$.health.port",
+        ("must be an integer",),
+    ),
+    (
+        "scrape-port-with-a-fraction",
+        patched({"metricEmission": {"target": "scrape", "targetConfig": {"port": 9464.0}}}),
+        Platform.HOST,
+        "$.metricEmission.targetConfig.port",
+        ("must be an integer",),
+    ),
+    # A duration beyond its unit's ceiling killed a thread with OverflowError.
+    (
+        "heartbeat-interval-beyond-the-ceiling",
+        patched({"heartbeat": {"intervalSeconds": 1e12}}),
+        Platform.HOST,
+        "$.heartbeat.intervalSeconds",
+        ("must be <= 315360000", "10 years"),
+    ),
+    (
+        "metric-interval-beyond-the-ceiling",
+        patched({"metricEmission": {"intervalSeconds": 1e300}}),
+        Platform.HOST,
+        "$.metricEmission.intervalSeconds",
+        ("must be <= 315360000",),
+    ),
+    (
+        "request-timeout-beyond-the-ceiling",
+        patched({"messaging": {"requestTimeoutSeconds": 1e12}}),
+        Platform.HOST,
+        "$.messaging.requestTimeoutSeconds",
+        ("must be <= 315360000",),
+    ),
+    (
+        "component-duration-beyond-the-ceiling",
+        patched({"component": {"timing": {"connectMs": 2**31}}}),
+        Platform.HOST,
+        "$.component.timing.connectMs",
+        ("must be <= 2147483647", "24.8 days"),
+    ),
 ]
 
 
