@@ -418,6 +418,20 @@ BAD: list[tuple[str, Any, Platform, str, tuple[str, ...]]] = [
         ("%-style logging format",),
     ),
     (
+        "log-format-names-a-field-no-record-has",
+        patched({"logging": {"python_format": "%(nosuchfield)s %(message)s"}}),
+        Platform.HOST,
+        "$.logging.python_format",
+        ("cannot format a log record",),
+    ),
+    (
+        "log-format-conversion-does-not-fit",
+        patched({"logging": {"python_format": "%(message)d"}}),
+        Platform.HOST,
+        "$.logging.python_format",
+        ("cannot format a log record",),
+    ),
+    (
         "file-size-zero",
         patched({"logging": {"fileLogging": {"maxFileSize": "0MB"}}}),
         Platform.HOST,

@@ -232,12 +232,25 @@ def logging_issues(section: object) -> Iterator[ConfigIssue]:
     text = section.get("python_format")
     if isinstance(text, str) and text.strip().lower() != JSON_FORMAT:
         try:
-            logging.Formatter(text, validate=True)
+            formatter = logging.Formatter(text, validate=True)
         except ValueError:
             yield ConfigIssue(
                 json_path(("logging", "python_format")),
                 'must be a %-style logging format such as "%(asctime)s %(message)s", or "json"',
             )
+        else:
+            # The shape check passes %(nosuchfield)s and %(message)d; formatting a record
+            # finds them here rather than as a "--- Logging error ---" on every line.
+            try:
+                probe = logging.LogRecord("unskit", logging.INFO, __file__, 1, "probe", (), None)
+                formatter.format(probe)
+            except (KeyError, ValueError, TypeError):
+                yield ConfigIssue(
+                    json_path(("logging", "python_format")),
+                    "cannot format a log record: name only fields every record has "
+                    "(asctime, levelname, name, message, thread, ...) with a conversion "
+                    "that fits them",
+                )
     files = section.get("fileLogging")
     size = files.get("maxFileSize") if isinstance(files, Mapping) else None
     if isinstance(size, str):
