@@ -17,6 +17,13 @@ SECRET = {"$secret": "broker-login", "field": "password"}
 VAULT = {"vaultPath": "/var/lib/unskit/vault.json", "keyFile": "/etc/unskit/vault.key"}
 
 
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
 def _issues(document: Any, platform: Platform = Platform.HOST) -> list[ConfigIssue]:
     try:
         if isinstance(document, str):
@@ -615,6 +622,55 @@ BAD: list[tuple[str, Any, Platform, str, tuple[str, ...]]] = [
         Platform.HOST,
         "$.component.timing.connectMs",
         ("must be <= 2147483647", "24.8 days"),
+    ),
+    (
+        "metrics-to-the-cloud-without-a-northbound-broker",
+        patched(
+            {"metricEmission": {"target": "messaging", "targetConfig": {"destination": "cloud"}}}
+        ),
+        Platform.HOST,
+        "$.metricEmission.targetConfig.destination",
+        ("messaging.northbound", "there is none"),
+    ),
+    (
+        "scrape-port-is-the-health-port",
+        patched(
+            {
+                "metricEmission": {"target": "scrape", "targetConfig": {"port": 18903}},
+                "health": {"enabled": True, "port": 18903},
+            }
+        ),
+        Platform.HOST,
+        "$.metricEmission.targetConfig.port",
+        ("must differ from health.port",),
+    ),
+    (
+        "scrape-port-is-the-cluster-default-health-port",
+        patched({"metricEmission": {"target": "scrape", "targetConfig": {"port": 8081}}}),
+        Platform.CLUSTER,
+        "$.metricEmission.targetConfig.port",
+        ("must differ from health.port",),
+    ),
+    (
+        "json-nested-too-deep",
+        '{"component": {}, "tags": ' + '{"a": ' * 1000 + "1" + "}" * 1001,
+        Platform.HOST,
+        "$",
+        ("nests deeper than 64 levels",),
+    ),
+    (
+        "yaml-nested-too-deep",
+        "#yaml\ncomponent: " + "[" * 1000 + "]" * 1000 + "\n",
+        Platform.HOST,
+        "$",
+        ("nests deeper than 64 levels",),
+    ),
+    (
+        "document-nested-too-deep",
+        patched({"component": {"x": _nested(200)}}),
+        Platform.HOST,
+        "$.component.x" + ".a" * 62,
+        ("nests deeper than 64 levels",),
     ),
 ]
 

@@ -28,6 +28,7 @@ from referencing.jsonschema import DRAFT202012
 from unskit.config._paths import json_path
 from unskit.config.platform import Platform
 from unskit.config.rules import SECTION_RULES, configuration_issues
+from unskit.config.values import MAX_DEPTH
 from unskit.errors import ConfigError, ConfigIssue
 
 __all__ = [
@@ -233,6 +234,9 @@ def validate_document(
     component_schema: Mapping[str, Any] | None = None,
 ) -> list[ConfigIssue]:
     """Every issue of a document: framework schema, component schema, cross-section rules."""
+    too_deep = _too_deep(document)
+    if too_deep is not None:
+        return [too_deep]
     # NaN and Infinity (Python's json and YAML's .nan/.inf read them) satisfy every numeric
     # rule of JSON Schema; they are refused here, once, wherever they appear.
     non_finite = list(_non_finite(document, ()))
@@ -249,6 +253,22 @@ def validate_document(
     issues += [issue for issue in rules if not _under(issue.path, taken)]
     bad = {issue.path for issue in non_finite}
     return sorted({issue for issue in issues if issue in non_finite or not _under(issue.path, bad)})
+
+
+def _too_deep(document: object) -> ConfigIssue | None:
+    """The first place the document nests deeper than `MAX_DEPTH` (walked without recursion:
+    everything after this recurses per level)."""
+    stack: list[tuple[object, tuple[str | int, ...]]] = [(document, ())]
+    while stack:
+        value, at = stack.pop()
+        if len(at) > MAX_DEPTH:
+            where = json_path(at[:MAX_DEPTH])
+            return ConfigIssue(where, f"nests deeper than {MAX_DEPTH} levels below $")
+        if isinstance(value, Mapping):
+            stack.extend((item, (*at, str(key))) for key, item in value.items())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((item, (*at, index)) for index, item in enumerate(value))
+    return None
 
 
 def _non_finite(value: object, at: tuple[str | int, ...]) -> Iterator[ConfigIssue]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from unskit.config.platform import Platform
+from unskit.config.values import MAX_DEPTH
 from unskit.config.watch import DirectoryWatcher
 from unskit.errors import ConfigError, ConfigIssue
 
@@ -137,10 +138,14 @@ def parse_document(text: str | bytes, name: str = "<document>") -> dict[str, Any
             text = text.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
             raise _error("$", f"is not UTF-8 text (byte {exc.start})", name) from None
-    if name.lower().endswith(_YAML_SUFFIXES):
-        document = _parse_yaml(text, name)
-    else:
-        document = _parse_json(text, name)
+    try:
+        if name.lower().endswith(_YAML_SUFFIXES):
+            document = _parse_yaml(text, name)
+        else:
+            document = _parse_json(text, name)
+    except RecursionError:
+        # Both parsers recurse per level; a document this deep is no configuration.
+        raise _error("$", f"nests deeper than {MAX_DEPTH} levels", name) from None
     if not isinstance(document, dict):
         kind = "empty" if document is None else f"a {type(document).__name__}"
         raise _error("$", f"must be an object (a document of sections), not {kind}", name)
@@ -418,7 +423,10 @@ class RuntimeConfigSource:
         document = self.provider.get_configuration()
         if not isinstance(document, Mapping):
             raise _error("$", "must be an object (a document of sections)", self.location)
-        return _plain(document)
+        try:
+            return _plain(document)
+        except RecursionError:
+            raise _error("$", f"nests deeper than {MAX_DEPTH} levels", self.location) from None
 
     def watch(self, on_document: OnDocument, on_error: OnError) -> Watch:
         """Reports each document the provider pushes."""
