@@ -15,6 +15,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from unskit import __version__
 from unskit.commands.client import add_call_parser
 from unskit.config.loader import ConfigLoader, add_config_arguments, resolve_config
 from unskit.config.schema import check_schema
@@ -303,6 +304,7 @@ def _cip_target_sim(options: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="unskit", description="unskit command line")
+    parser.add_argument("--version", action="version", version=f"unskit {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     add_demo_parser(commands)
 
@@ -324,10 +326,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = commands.add_parser(
         "run",
         help="run a component: unskit run NAME -c FILE -t THING [--broker HOST:PORT]",
+        description="Runs the installed component NAME; `unskit run NAME --help` lists its "
+        "options.\n\n" + _installed().capitalize().replace(": ", ":\n  ").replace(", ", "\n  "),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        # Everything after NAME is the component's own: -h before NAME is this parser's.
         add_help=False,
     )
-    run.add_argument("component", metavar="NAME")
-    run.add_argument("options", nargs=argparse.REMAINDER)
+    run.add_argument("-h", "--help", action="help", help="show this help and exit")
+    run.add_argument("component", metavar="NAME", help="an installed component (listed above)")
+    run.add_argument(
+        "options", nargs=argparse.REMAINDER, help="the component's options (-c, -t, --broker)"
+    )
     run.set_defaults(run=lambda a: run_component(a.component, a.options))
 
     # prefix_chars "+": every option goes through untouched to the sim's own parser.

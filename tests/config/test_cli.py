@@ -485,3 +485,91 @@ def test_validate_refuses_a_document_nested_too_deep(tmp_path: Path) -> None:
         assert result.returncode == 2, result.stdout
         assert "nests deeper than 64 levels" in result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_version_prints_the_version_and_exits_0() -> None:
+    result = run("--version")
+    assert result.returncode == 0, result.stderr
+    from unskit import __version__
+
+    assert result.stdout.strip() == f"unskit {__version__}"
+
+
+def test_run_help_lists_the_installed_components() -> None:
+    result = run("run", "--help")
+    assert result.returncode == 0, result.stderr
+    for name in ("camera-adapter", "echo", "ethernet-ip-adapter", "file-egress"):
+        assert f"\n  {name}\n" in result.stdout
+    # After NAME, --help is the component's own.
+    result = run("run", "echo", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "usage: unskit run echo" in result.stdout
+
+
+def test_a_directory_on_host_says_to_use_the_cluster_platform(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(base_document()))
+    result = run("validate", "-c", str(tmp_path), "--component", "echo")
+    assert result.returncode == 2
+    assert "$: is a directory" in result.stderr
+    assert "--platform CLUSTER" in result.stderr
+
+
+def test_yaml_text_in_a_json_file_hints_that_the_suffix_chooses_the_parser(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text("# a comment\ncomponent:\n  token: echo\n")
+    result = run("validate", "-c", str(path))
+    assert result.returncode == 2
+    assert "malformed JSON" in result.stderr
+    assert "looks like YAML" in result.stderr and ".yaml or .yml" in result.stderr
+    # Malformed JSON that is no YAML gets no such hint.
+    path.write_text('{"component": }')
+    result = run("validate", "-c", str(path))
+    assert "malformed JSON" in result.stderr
+    assert "YAML" not in result.stderr
+
+
+def test_call_without_a_component_names_the_flag(write_json: Callable[..., Path]) -> None:
+    path = write_json(patched({"component": {"token": DELETE}}))
+    result = run("call", "status", "-c", str(path), "-t", THING, "--broker", "127.0.0.1:1")
+    assert result.returncode == 2
+    assert "--component: is required" in result.stderr
+    assert "$.component.token" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("patch", "path"),
+    [
+        (
+            {"messaging": {"local": {"host": "127.0.0.1", "port": 18837.0}}},
+            "$.messaging.local.port",
+        ),
+        (
+            {"messaging": {"local": {"keepAliveSeconds": 30.0}}},
+            "$.messaging.local.keepAliveSeconds",
+        ),
+        ({"health": {"enabled": True, "port": 18903.0}}, "$.health.port"),
+        ({"heartbeat": {"intervalSeconds": 1e12}}, "$.heartbeat.intervalSeconds"),
+        ({"logging": {"python_format": "%(nosuchfield)s %(message)s"}}, "$.logging.python_format"),
+        (
+            {"metricEmission": {"target": "messaging", "targetConfig": {"destination": "cloud"}}},
+            "$.metricEmission.targetConfig.destination",
+        ),
+    ],
+)
+def test_run_refuses_what_validate_refuses_in_one_line(
+    write_json: Callable[..., Path], patch: dict[str, Any], path: str
+) -> None:
+    # Issue 36: each of these validated and then reconnected forever, killed a thread or
+    # ended in a traceback; now both commands refuse it with its path, nothing started.
+    echo = {"component": {}, "messaging": {"local": {"host": "embedded", "port": 0}}}
+    config = write_json(patched(patch, echo))
+    checked = run("validate", "-c", str(config), "--component", "echo")
+    assert checked.returncode == 2, checked.stdout
+    assert path in checked.stderr
+    result = run("run", "echo", "-c", str(config), "-t", THING)
+    assert result.returncode == 2, result.stderr
+    assert path in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "starting echo" not in result.stderr

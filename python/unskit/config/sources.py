@@ -17,6 +17,7 @@ import enum
 import json
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -176,9 +177,29 @@ def _parse_json(text: str, name: str) -> Any:
         ) from None
     except json.JSONDecodeError as exc:
         # exc.msg and the position only: the offending text may be a secret.
+        hint = (
+            " (this looks like YAML: the file name's suffix chooses the parser, so name it "
+            ".yaml or .yml)"
+            if _looks_like_yaml(text)
+            else ""
+        )
         raise _error(
-            "$", f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", name
+            "$", f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}{hint}", name
         ) from None
+
+
+# A YAML mapping line: `key:` at the start, then a value or nothing.
+_YAML_KEY_LINE = re.compile(r"^[A-Za-z_$][\w.$-]*:(\s|$)")
+
+
+def _looks_like_yaml(text: str) -> bool:
+    """True when the first meaningful line is a YAML ``key:`` line or document marker."""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        return stripped == "---" or bool(_YAML_KEY_LINE.match(stripped))
+    return False
 
 
 def _parse_yaml(text: str, name: str) -> Any:
@@ -273,6 +294,13 @@ class FileSource:
 
     def read(self) -> dict[str, Any]:
         """The parsed document."""
+        if self.path.is_dir():
+            raise _error(
+                "$",
+                "is a directory: on HOST -c names the configuration file; a mounted "
+                "directory (a config map) is read with --platform CLUSTER",
+                self.location,
+            )
         return read_document(self.path)
 
     def watch(self, on_document: OnDocument, on_error: OnError) -> Watch | None:
