@@ -522,7 +522,8 @@ def test_yaml_text_in_a_json_file_hints_that_the_suffix_chooses_the_parser(
     result = run("validate", "-c", str(path))
     assert result.returncode == 2
     assert "malformed JSON" in result.stderr
-    assert "looks like YAML" in result.stderr and ".yaml or .yml" in result.stderr
+    assert "looks like YAML" in result.stderr
+    assert ".yaml or .yml" in result.stderr
     # Malformed JSON that is no YAML gets no such hint.
     path.write_text('{"component": }')
     result = run("validate", "-c", str(path))
