@@ -121,17 +121,15 @@ def _location_issues(document: Mapping[str, Any]) -> Iterator[ConfigIssue]:
     """A directory the component creates or a file it opens, where a file is in the way."""
     state_dir = _block(document, "commands").get("stateDir")
     if isinstance(state_dir, str) and (problem := directory_problem(state_dir)):
-        yield ConfigIssue(json_path(("commands", "stateDir")), problem)
+        yield ConfigIssue(json_path(("commands", "stateDir")), f"cannot be a directory: {problem}")
     files = _block(document, "logging", "fileLogging")
     file_path = files.get("filePath")
     if files.get("enabled") is True and isinstance(file_path, str):
+        at = json_path(("logging", "fileLogging", "filePath"))
         if os.path.isdir(file_path):
-            yield ConfigIssue(
-                json_path(("logging", "fileLogging", "filePath")),
-                "is a directory: name the log file",
-            )
+            yield ConfigIssue(at, "cannot be opened: it is a directory; name the log file")
         elif problem := directory_problem(os.path.dirname(os.path.abspath(file_path))):
-            yield ConfigIssue(json_path(("logging", "fileLogging", "filePath")), problem)
+            yield ConfigIssue(at, f"cannot be opened: its folder cannot be made ({problem})")
 
 
 def directory_problem(path: str) -> str | None:
@@ -139,14 +137,13 @@ def directory_problem(path: str) -> str | None:
 
     Only what the file system already shows: a directory that does not exist yet is
     created at start, and whether it can be is found there."""
-    current = os.path.abspath(path)
+    given = os.path.abspath(path)
+    current = given
     while True:
         if os.path.exists(current):
             if os.path.isdir(current):
                 return None
-            if current == os.path.abspath(path):
-                return "is a file, not a directory"
-            return f"cannot be a directory: {current} is a file"
+            return "it is a file" if current == given else f"{current} is a file"
         parent = os.path.dirname(current)
         if parent == current:
             return None

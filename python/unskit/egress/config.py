@@ -163,7 +163,9 @@ def configuration_issues(config: ComponentConfig) -> list[ConfigIssue]:
 
 def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
     ids: set[str] = set()
-    # Directories the component creates: a file in the way is refused here, not at start.
+    # Directories the component creates at start: a file in the way is refused here, not a
+    # traceback there. (A destination's path is not: it fails as a transfer, and the other
+    # destinations still deliver.)
     directories = [("$.component.global.stateDir", (component.get("global") or {}).get("stateDir"))]
     for index, entry in enumerate(component.get("instances") or []):
         path = f"$.component.instances[{index}]"
@@ -171,11 +173,6 @@ def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
         directories.append(
             (f"{path}.onComplete.archiveDir", (entry.get("onComplete") or {}).get("archiveDir"))
         )
-        directories += [
-            (f"{path}.egress[{d}].path", destination.get("path"))
-            for d, destination in enumerate(entry["egress"])
-            if destination["type"] == "local"
-        ]
         if entry["id"] in ids:
             yield ConfigIssue(f"{path}.id", f"duplicate instance id {entry['id']!r}")
         ids.add(entry["id"])
@@ -236,7 +233,7 @@ def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
                 yield from _blobstore_rules(destination, at)
     for at, directory in directories:
         if isinstance(directory, str) and (problem := directory_problem(directory)):
-            yield ConfigIssue(at, problem)
+            yield ConfigIssue(at, f"cannot be a directory: {problem}")
 
 
 def _blobstore_rules(destination: Mapping[str, Any], at: str) -> Iterator[ConfigIssue]:

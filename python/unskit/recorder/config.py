@@ -165,7 +165,7 @@ def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
     output = (component.get("output") or {}).get("path")
     # Created at start: a file in the way is refused here, not as a traceback there.
     if isinstance(output, str) and (problem := directory_problem(output)):
-        yield ConfigIssue("$.component.output.path", problem)
+        yield ConfigIssue("$.component.output.path", f"cannot be a directory: {problem}")
 
 
 def parse_component(config: ComponentConfig) -> RecorderSettings:
