@@ -133,6 +133,8 @@ def _read_schema(path: str) -> dict[str, Any]:
         schema = json.loads(Path(path).read_text("utf-8"))
     except (OSError, ValueError) as exc:
         raise ConfigError([ConfigIssue("--schema", f"cannot be read as JSON: {exc}")]) from None
+    except RecursionError:
+        raise ConfigError([ConfigIssue("--schema", "nests too deep to be a schema")]) from None
     if not isinstance(schema, dict):
         raise ConfigError([ConfigIssue("--schema", "must be a JSON Schema object")])
     check_schema(schema, "--schema")

@@ -423,6 +423,11 @@ def test_validate_with_an_invalid_schema_names_the_option(
     assert result.returncode == 2
     assert "--schema: is not a valid JSON Schema" in result.stderr
     assert "Traceback" not in result.stderr
+    schema.write_text('{"not": ' * 5000 + "{}" + "}" * 5000)
+    result = run("validate", "-c", str(write_json(base_document())), "--schema", str(schema))
+    assert result.returncode == 2
+    assert "--schema: nests too deep" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_validate_refuses_a_state_dir_that_is_a_file(

@@ -191,6 +191,8 @@ def check_schema(schema: Mapping[str, Any], option: str = "--schema") -> None:
         raise ConfigError(
             [ConfigIssue(option, f"is not a valid JSON Schema (at {where}: {error.message})")]
         ) from None
+    except RecursionError:
+        raise ConfigError([ConfigIssue(option, "nests too deep to be a schema")]) from None
 
 
 def validate_with_schema(
