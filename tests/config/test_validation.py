@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -870,3 +871,18 @@ def test_a_non_finite_yaml_number_is_refused_anywhere(value: str):
     issues = _issues(text.replace("1.5", value))
     assert [i.path for i in issues] == ["$.component.instances[0].limit"]
     assert "must be a finite number" in issues[0].message
+
+
+def test_a_log_file_where_a_directory_or_under_a_file_is_refused(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for file_path, words in (
+        (tmp_path, "cannot be opened: it is a directory; name the log file"),
+        (blocker / "c.log", f"cannot be opened: its folder cannot be made ({blocker} is a file)"),
+    ):
+        files = {"enabled": True, "filePath": str(file_path)}
+        issues = _issues(patched({"logging": {"fileLogging": files}}))
+        assert ConfigIssue("$.logging.fileLogging.filePath", words) in issues, issues
+    # Disabled, the path is not opened, so it is not checked.
+    files = {"enabled": False, "filePath": str(tmp_path)}
+    assert validate_document(patched({"logging": {"fileLogging": files}})) == []
