@@ -435,11 +435,11 @@ def test_validate_refuses_a_state_dir_that_is_a_file(
 ) -> None:
     blocker = tmp_path / "state"
     blocker.write_text("")
-    for state_dir, words in ((blocker, "it is a file"), (blocker / "sub", f"{blocker} is a file")):
+    for state_dir in (blocker, blocker / "sub"):
         path = write_json(patched({"commands": {"stateDir": str(state_dir)}}))
         result = validate("-c", str(path), "-t", THING)
         assert result.returncode == 2, result.stdout
-        assert f"$.commands.stateDir: cannot be a directory: {words}" in result.stderr
+        assert f"$.commands.stateDir: cannot be a directory: {blocker} is a file" in result.stderr
 
 
 def _recorder_level(component: dict[str, Any]) -> None:

@@ -137,13 +137,10 @@ def directory_problem(path: str) -> str | None:
 
     Only what the file system already shows: a directory that does not exist yet is
     created at start, and whether it can be is found there."""
-    given = os.path.abspath(path)
-    current = given
+    current = os.path.abspath(path)
     while True:
         if os.path.exists(current):
-            if os.path.isdir(current):
-                return None
-            return "it is a file" if current == given else f"{current} is a file"
+            return None if os.path.isdir(current) else f"{current} is a file"
         parent = os.path.dirname(current)
         if parent == current:
             return None
