@@ -159,12 +159,14 @@ DOCUMENTED_OPEN = {
     # docs/configuration.md "component (required)": everything else in `component` belongs
     # to the component's own schema, which checks it (closed) in the same validation.
     ("framework.schema.json", "/properties/component"),
-    # docs/configuration.md "instances[]" and the schema's description: each entry is
-    # checked on its own against $defs/instance (closed), so one bad entry is skipped.
+    # docs/configuration.md "ethernet-ip-adapter: `component`" and "opcua-adapter:
+    # `component`": each instance entry is then checked on its own, against $defs/instance
+    # (closed), so a malformed entry is skipped while the others run.
     ("ethernet-ip-adapter.schema.json", "/properties/instances/items"),
     ("opcua-adapter.schema.json", "/properties/instances/items"),
-    # docs/configuration.md "egress[] (every type)": the type selects the destination's
-    # schema ($defs/local, $defs/sftp, ...), each closed (test below).
+    # docs/configuration.md "file-egress: `component`": checked strictly, an unknown key
+    # anywhere refused; a destination's type selects its schema ($defs/local, $defs/sftp,
+    # ...), each closed (test below).
     ("file-egress.schema.json", "/$defs/destination"),
 }
 
