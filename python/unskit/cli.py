@@ -15,9 +15,10 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from unskit import __version__
 from unskit.commands.client import add_call_parser
 from unskit.config.loader import ConfigLoader, add_config_arguments, resolve_config
-from unskit.config.schema import is_topic_level, validate_document
+from unskit.config.schema import check_schema
 from unskit.config.secrets import SecretRef
 from unskit.config.vault import DEFAULT_KEY_ENV, Vault, VaultKey
 from unskit.demo.supervisor import add_demo_parser
@@ -40,6 +41,11 @@ EXIT_CONFIG = 2
 # -- validate --------------------------------------------------------------------------------
 
 
+#: The thing name (and component token) `unskit validate` resolves with when none is given,
+#: so that every rule a run applies (the component's own included) runs; one topic level.
+PLACEHOLDER_THING = "validate-placeholder"
+
+
 def _validate(args: argparse.Namespace) -> int:
     try:
         loader = ConfigLoader(
@@ -50,31 +56,29 @@ def _validate(args: argparse.Namespace) -> int:
         )
         document = loader.read()
         app_class, component_schema, checked = _component_of(args, document, loader)
-        component = document.get("component")
-        token = component.get("token") if isinstance(component, Mapping) else None
-        if loader.thing is not None and (token is not None or args.component is not None):
-            config = resolve_config(
-                document,
-                thing=loader.thing,
-                platform=loader.platform,
-                component_schema=component_schema,
-                default_component=args.component,
-                source=loader.source.location,
+        thing = loader.thing if loader.thing is not None else PLACEHOLDER_THING
+        # The token `unskit run` falls back to: --component's, else the installed class's
+        # (a --schema component that is not installed has none to tell).
+        default_token = args.component or getattr(app_class, "token", None) or PLACEHOLDER_THING
+        config = resolve_config(
+            document,
+            thing=thing,
+            platform=loader.platform,
+            component_schema=component_schema,
+            default_component=default_token,
+            source=loader.source.location,
+        )
+        check = getattr(app_class, "configuration_issues", None)
+        if check is not None and (issues := check(config)):
+            raise ConfigError(issues, source=loader.source.location)
+        if loader.thing is None:
+            detail = (
+                f"every rule run with the placeholder thing name {PLACEHOLDER_THING!r}: "
+                "give -t/--thing to see the identity"
             )
-            check = getattr(app_class, "configuration_issues", None)
-            if check is not None and (issues := check(config)):
-                raise ConfigError(issues, source=loader.source.location)
+        else:
             detail = f"identity {config.identity.hier} = {config.identity.path}, "
             detail += f"component {config.component_token}"
-        else:
-            issues = validate_document(
-                document, platform=loader.platform, component_schema=component_schema
-            )
-            if loader.thing is not None and not is_topic_level(loader.thing):
-                issues.append(ConfigIssue("-t/--thing", "must be one non-empty topic level"))
-            if issues:
-                raise ConfigError(issues, source=loader.source.location)
-            detail = "identity not built: it needs a thing name and a component token"
     except ConfigError as exc:
         return _report(exc)
     location = loader.source.location
@@ -129,8 +133,11 @@ def _read_schema(path: str) -> dict[str, Any]:
         schema = json.loads(Path(path).read_text("utf-8"))
     except (OSError, ValueError) as exc:
         raise ConfigError([ConfigIssue("--schema", f"cannot be read as JSON: {exc}")]) from None
+    except RecursionError:
+        raise ConfigError([ConfigIssue("--schema", "nests too deep to be a schema")]) from None
     if not isinstance(schema, dict):
         raise ConfigError([ConfigIssue("--schema", "must be a JSON Schema object")])
+    check_schema(schema, "--schema")
     return schema
 
 
@@ -299,6 +306,7 @@ def _cip_target_sim(options: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="unskit", description="unskit command line")
+    parser.add_argument("--version", action="version", version=f"unskit {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     add_demo_parser(commands)
 
@@ -320,10 +328,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = commands.add_parser(
         "run",
         help="run a component: unskit run NAME -c FILE -t THING [--broker HOST:PORT]",
+        description="Runs the installed component NAME; `unskit run NAME --help` lists its "
+        "options.\n\n" + _installed().capitalize().replace(": ", ":\n  ").replace(", ", "\n  "),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        # Everything after NAME is the component's own: -h before NAME is this parser's.
         add_help=False,
     )
-    run.add_argument("component", metavar="NAME")
-    run.add_argument("options", nargs=argparse.REMAINDER)
+    run.add_argument("-h", "--help", action="help", help="show this help and exit")
+    run.add_argument("component", metavar="NAME", help="an installed component (listed above)")
+    run.add_argument(
+        "options", nargs=argparse.REMAINDER, help="the component's options (-c, -t, --broker)"
+    )
     run.set_defaults(run=lambda a: run_component(a.component, a.options))
 
     # prefix_chars "+": every option goes through untouched to the sim's own parser.

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -348,3 +349,231 @@ def test_vault_put_keeps_versions_and_retire_drops_them(vault_files: tuple[str, 
     assert retired.returncode == 0, retired.stderr
     assert "retired 1" in retired.stdout
     assert opened.versions("trust") == ["new-root"]
+
+
+def _example(name: str, tmp_path: Path, patch: Callable[[dict[str, Any]], None]) -> Path:
+    document = json.loads((EXAMPLES / name).read_text())
+    patch(document["component"])
+    path = tmp_path / name
+    path.write_text(json.dumps(document))
+    return path
+
+
+def _archive_into_source(component: dict[str, Any]) -> None:
+    instance = component["instances"][0]
+    instance["onComplete"]["archiveDir"] = instance["source"]["path"]
+
+
+def _level_with_snappy(component: dict[str, Any]) -> None:
+    component["compression"] = {"codec": "snappy", "level": 3}
+
+
+def _invalid_regex(component: dict[str, Any]) -> None:
+    component["instances"][0]["subscriptions"][0]["include"][0]["match"] = "(unclosed"
+
+
+@pytest.mark.parametrize(
+    ("example", "patch", "path"),
+    [
+        pytest.param(
+            "file-egress.json",
+            _archive_into_source,
+            "$.component.instances[0].onComplete.archiveDir",
+            id="egress-archive-dir-is-the-source",
+        ),
+        pytest.param(
+            "signal-recorder.json",
+            _level_with_snappy,
+            "$.component.compression.level",
+            id="recorder-zstd-level-with-snappy",
+        ),
+        pytest.param(
+            "opcua-adapter.json",
+            _invalid_regex,
+            "$.component.instances[0].subscriptions[0].include[0].match",
+            id="opcua-invalid-regex",
+        ),
+    ],
+)
+def test_validate_without_a_thing_runs_the_component_rules(
+    tmp_path: Path, example: str, patch: Callable[[dict[str, Any]], None], path: str
+) -> None:
+    # Issue 36: without -t, validate said OK to what `unskit run` refuses.
+    config = _example(example, tmp_path, patch)
+    result = run("validate", "-c", str(config))
+    assert result.returncode == 2, result.stdout
+    assert path in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_validate_without_a_thing_says_the_rules_ran_with_a_placeholder(tmp_path: Path) -> None:
+    config = _example("file-egress.json", tmp_path, lambda component: None)
+    result = run("validate", "-c", str(config))
+    assert result.returncode == 0, result.stderr
+    assert "placeholder thing name" in result.stdout
+    assert "-t/--thing" in result.stdout
+
+
+def test_validate_with_an_invalid_schema_names_the_option(
+    write_json: Callable[..., Path], tmp_path: Path
+) -> None:
+    schema = tmp_path / "bad.schema.json"
+    schema.write_text(json.dumps({"type": "objekt"}))
+    result = run("validate", "-c", str(write_json(base_document())), "--schema", str(schema))
+    assert result.returncode == 2
+    assert "--schema: is not a valid JSON Schema" in result.stderr
+    assert "Traceback" not in result.stderr
+    schema.write_text('{"not": ' * 5000 + "{}" + "}" * 5000)
+    result = run("validate", "-c", str(write_json(base_document())), "--schema", str(schema))
+    assert result.returncode == 2
+    assert "--schema: nests too deep" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_validate_refuses_a_state_dir_that_is_a_file(
+    write_json: Callable[..., Path], tmp_path: Path
+) -> None:
+    blocker = tmp_path / "state"
+    blocker.write_text("")
+    for state_dir in (blocker, blocker / "sub"):
+        path = write_json(patched({"commands": {"stateDir": str(state_dir)}}))
+        result = validate("-c", str(path), "-t", THING)
+        assert result.returncode == 2, result.stdout
+        assert f"$.commands.stateDir: cannot be a directory: {blocker} is a file" in result.stderr
+
+
+def _recorder_level(component: dict[str, Any]) -> None:
+    component["compression"] = {"codec": "zstd", "level": 22.0}
+
+
+def _egress_concurrency(component: dict[str, Any]) -> None:
+    component["instances"][0]["egress"][0]["maxConcurrentFiles"] = 2.0
+
+
+@pytest.mark.parametrize(
+    ("example", "patch", "path"),
+    [
+        pytest.param(
+            "signal-recorder.json",
+            _recorder_level,
+            "$.component.compression.level",
+            id="recorder-zstd-level",
+        ),
+        pytest.param(
+            "file-egress.json",
+            _egress_concurrency,
+            "$.component.instances[0].egress[0].maxConcurrentFiles",
+            id="egress-max-concurrent-files",
+        ),
+    ],
+)
+def test_validate_refuses_an_integer_key_written_with_a_fraction(
+    tmp_path: Path, example: str, patch: Callable[[dict[str, Any]], None], path: str
+) -> None:
+    # Issue 36: 22.0 failed every Parquet write at run; 2.0 a TypeError at start.
+    config = _example(example, tmp_path, patch)
+    for thing in ((), ("-t", THING)):
+        result = run("validate", "-c", str(config), *thing)
+        assert result.returncode == 2, result.stdout
+        assert f"{path}: must be an integer, written without a decimal point" in result.stderr
+
+
+def test_validate_refuses_a_document_nested_too_deep(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"component": ' + '{"a": ' * 1000 + "1" + "}" * 1001)
+    shallow_but_deep = tmp_path / "deep.yaml"
+    shallow_but_deep.write_text("component:\n  x: " + "[" * 500 + "]" * 500 + "\n")
+    for path in (deep, shallow_but_deep):
+        result = run("validate", "-c", str(path), "--component", "echo")
+        assert result.returncode == 2, result.stdout
+        assert "nests deeper than 64 levels" in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_version_prints_the_version_and_exits_0() -> None:
+    result = run("--version")
+    assert result.returncode == 0, result.stderr
+    from unskit import __version__
+
+    assert result.stdout.strip() == f"unskit {__version__}"
+
+
+def test_run_help_lists_the_installed_components() -> None:
+    result = run("run", "--help")
+    assert result.returncode == 0, result.stderr
+    for name in ("camera-adapter", "echo", "ethernet-ip-adapter", "file-egress"):
+        assert f"\n  {name}\n" in result.stdout
+    # After NAME, --help is the component's own.
+    result = run("run", "echo", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "usage: unskit run echo" in result.stdout
+
+
+def test_a_directory_on_host_says_to_use_the_cluster_platform(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(base_document()))
+    result = run("validate", "-c", str(tmp_path), "--component", "echo")
+    assert result.returncode == 2
+    assert "$: is a directory" in result.stderr
+    assert "--platform CLUSTER" in result.stderr
+
+
+def test_yaml_text_in_a_json_file_hints_that_the_suffix_chooses_the_parser(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text("# a comment\ncomponent:\n  token: echo\n")
+    result = run("validate", "-c", str(path))
+    assert result.returncode == 2
+    assert "malformed JSON" in result.stderr
+    assert "looks like YAML" in result.stderr
+    assert ".yaml or .yml" in result.stderr
+    # Malformed JSON that is no YAML gets no such hint.
+    path.write_text('{"component": }')
+    result = run("validate", "-c", str(path))
+    assert "malformed JSON" in result.stderr
+    assert "YAML" not in result.stderr
+
+
+def test_call_without_a_component_names_the_flag(write_json: Callable[..., Path]) -> None:
+    path = write_json(patched({"component": {"token": DELETE}}))
+    result = run("call", "status", "-c", str(path), "-t", THING, "--broker", "127.0.0.1:1")
+    assert result.returncode == 2
+    assert "--component: is required" in result.stderr
+    assert "$.component.token" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("patch", "path"),
+    [
+        (
+            {"messaging": {"local": {"host": "127.0.0.1", "port": 18837.0}}},
+            "$.messaging.local.port",
+        ),
+        (
+            {"messaging": {"local": {"keepAliveSeconds": 30.0}}},
+            "$.messaging.local.keepAliveSeconds",
+        ),
+        ({"health": {"enabled": True, "port": 18903.0}}, "$.health.port"),
+        ({"heartbeat": {"intervalSeconds": 1e12}}, "$.heartbeat.intervalSeconds"),
+        ({"logging": {"python_format": "%(nosuchfield)s %(message)s"}}, "$.logging.python_format"),
+        (
+            {"metricEmission": {"target": "messaging", "targetConfig": {"destination": "cloud"}}},
+            "$.metricEmission.targetConfig.destination",
+        ),
+    ],
+)
+def test_run_refuses_what_validate_refuses_in_one_line(
+    write_json: Callable[..., Path], patch: dict[str, Any], path: str
+) -> None:
+    # Issue 36: each of these validated and then reconnected forever, killed a thread or
+    # ended in a traceback; now both commands refuse it with its path, nothing started.
+    echo = {"component": {}, "messaging": {"local": {"host": "embedded", "port": 0}}}
+    config = write_json(patched(patch, echo))
+    checked = run("validate", "-c", str(config), "--component", "echo")
+    assert checked.returncode == 2, checked.stdout
+    assert path in checked.stderr
+    result = run("run", "echo", "-c", str(config), "-t", THING)
+    assert result.returncode == 2, result.stderr
+    assert path in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "starting echo" not in result.stderr

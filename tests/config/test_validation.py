@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,13 @@ from .documents import DELETE, THING, TOKEN, base_document, patched
 
 SECRET = {"$secret": "broker-login", "field": "password"}
 VAULT = {"vaultPath": "/var/lib/unskit/vault.json", "keyFile": "/etc/unskit/vault.key"}
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
 
 
 def _issues(document: Any, platform: Platform = Platform.HOST) -> list[ConfigIssue]:
@@ -418,6 +426,20 @@ BAD: list[tuple[str, Any, Platform, str, tuple[str, ...]]] = [
         ("%-style logging format",),
     ),
     (
+        "log-format-names-a-field-no-record-has",
+        patched({"logging": {"python_format": "%(nosuchfield)s %(message)s"}}),
+        Platform.HOST,
+        "$.logging.python_format",
+        ("cannot format a log record",),
+    ),
+    (
+        "log-format-conversion-does-not-fit",
+        patched({"logging": {"python_format": "%(message)d"}}),
+        Platform.HOST,
+        "$.logging.python_format",
+        ("cannot format a log record",),
+    ),
+    (
         "file-size-zero",
         patched({"logging": {"fileLogging": {"maxFileSize": "0MB"}}}),
         Platform.HOST,
@@ -542,6 +564,114 @@ BAD: list[tuple[str, Any, Platform, str, tuple[str, ...]]] = [
         Platform.HOST,
         "$.component.cert['$secret']",
         ("non-empty string",),
+    ),
+    # Issue 36: an integer key given as a number with a zero fraction reached a socket
+    # ("127.0.0.1:18837.0"), paho (struct.error) or the probe server (TypeError).
+    (
+        "broker-port-with-a-fraction",
+        patched({"messaging": {"local": {"port": 18837.0}}}),
+        Platform.HOST,
+        "$.messaging.local.port",
+        ("must be an integer", "without a decimal point"),
+    ),
+    (
+        "keepalive-with-a-fraction",
+        patched({"messaging": {"local": {"keepAliveSeconds": 30.0}}}),
+        Platform.HOST,
+        "$.messaging.local.keepAliveSeconds",
+        ("must be an integer",),
+    ),
+    (
+        "health-port-with-a-fraction",
+        patched({"health": {"port": 18903.0}}),
+        Platform.HOST,
+        "$.health.port",
+        ("must be an integer",),
+    ),
+    (
+        "scrape-port-with-a-fraction",
+        patched({"metricEmission": {"target": "scrape", "targetConfig": {"port": 9464.0}}}),
+        Platform.HOST,
+        "$.metricEmission.targetConfig.port",
+        ("must be an integer",),
+    ),
+    # A duration beyond its unit's ceiling killed a thread with OverflowError.
+    (
+        "heartbeat-interval-beyond-the-ceiling",
+        patched({"heartbeat": {"intervalSeconds": 1e12}}),
+        Platform.HOST,
+        "$.heartbeat.intervalSeconds",
+        ("must be <= 315360000", "10 years"),
+    ),
+    (
+        "metric-interval-beyond-the-ceiling",
+        patched({"metricEmission": {"intervalSeconds": 1e300}}),
+        Platform.HOST,
+        "$.metricEmission.intervalSeconds",
+        ("must be <= 315360000",),
+    ),
+    (
+        "request-timeout-beyond-the-ceiling",
+        patched({"messaging": {"requestTimeoutSeconds": 1e12}}),
+        Platform.HOST,
+        "$.messaging.requestTimeoutSeconds",
+        ("must be <= 315360000",),
+    ),
+    (
+        "component-duration-beyond-the-ceiling",
+        patched({"component": {"timing": {"connectMs": 2**31}}}),
+        Platform.HOST,
+        "$.component.timing.connectMs",
+        ("must be <= 2147483647", "24.8 days"),
+    ),
+    (
+        "metrics-to-the-cloud-without-a-northbound-broker",
+        patched(
+            {"metricEmission": {"target": "messaging", "targetConfig": {"destination": "cloud"}}}
+        ),
+        Platform.HOST,
+        "$.metricEmission.targetConfig.destination",
+        ("messaging.northbound", "there is none"),
+    ),
+    (
+        "scrape-port-is-the-health-port",
+        patched(
+            {
+                "metricEmission": {"target": "scrape", "targetConfig": {"port": 18903}},
+                "health": {"enabled": True, "port": 18903},
+            }
+        ),
+        Platform.HOST,
+        "$.metricEmission.targetConfig.port",
+        ("must differ from health.port",),
+    ),
+    (
+        "scrape-port-is-the-cluster-default-health-port",
+        patched({"metricEmission": {"target": "scrape", "targetConfig": {"port": 8081}}}),
+        Platform.CLUSTER,
+        "$.metricEmission.targetConfig.port",
+        ("must differ from health.port",),
+    ),
+    (
+        "json-nested-too-deep",
+        '{"component": {}, "tags": ' + '{"a": ' * 1000 + "1" + "}" * 1001,
+        Platform.HOST,
+        "$",
+        ("nests deeper than 64 levels",),
+    ),
+    (
+        "yaml-nested-too-deep",
+        "#yaml\ncomponent: " + "[" * 1000 + "]" * 1000 + "\n",
+        Platform.HOST,
+        "$",
+        ("nests deeper than 64 levels",),
+    ),
+    (
+        "document-nested-too-deep",
+        patched({"component": {"x": _nested(200)}}),
+        Platform.HOST,
+        "$.component.x" + ".a" * 62,
+        ("nests deeper than 64 levels",),
     ),
 ]
 
@@ -741,3 +871,18 @@ def test_a_non_finite_yaml_number_is_refused_anywhere(value: str):
     issues = _issues(text.replace("1.5", value))
     assert [i.path for i in issues] == ["$.component.instances[0].limit"]
     assert "must be a finite number" in issues[0].message
+
+
+def test_a_log_file_where_a_directory_or_under_a_file_is_refused(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for file_path, words in (
+        (tmp_path, "cannot be opened: it is a directory; name the log file"),
+        (blocker / "c.log", f"cannot be opened: its folder cannot be made ({blocker} is a file)"),
+    ):
+        files = {"enabled": True, "filePath": str(file_path)}
+        issues = _issues(patched({"logging": {"fileLogging": files}}))
+        assert ConfigIssue("$.logging.fileLogging.filePath", words) in issues, issues
+    # Disabled, the path is not opened, so it is not checked.
+    files = {"enabled": False, "filePath": str(tmp_path)}
+    assert validate_document(patched({"logging": {"fileLogging": files}})) == []

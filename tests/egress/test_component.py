@@ -163,12 +163,52 @@ def issues(doc: dict[str, Any]) -> list[str]:
             ),
             "$.component.instances[0].egress[1].id: duplicate egress id 'x'",
         ),
+        # Issue 36: an empty include list was replaced by ["*"] and delivered everything.
+        (
+            document({"type": "local", "path": "/y"}, source={"path": "/data/out", "include": []}),
+            "$.component.instances[0].source.include: must not be empty",
+        ),
+        # ... an integer written 2.0 reached the thread pool (TypeError at start) ...
+        (
+            document({"type": "local", "path": "/y", "maxConcurrentFiles": 2.0}),
+            "$.component.instances[0].egress[0].maxConcurrentFiles: must be an integer",
+        ),
+        # ... and a settle time of 1e300 killed the watcher thread with OverflowError.
+        (
+            document(
+                {"type": "local", "path": "/y"}, source={"path": "/d", "settleSeconds": 1e300}
+            ),
+            "$.component.instances[0].source.settleSeconds: must be <= 315360000",
+        ),
         (document(), "$.component.instances[0].egress"),
         ({"component": {"instances": [{"id": "a", "egress": []}]}}, "source: is required"),
     ],
 )
 def test_bad_configurations_are_refused_with_their_json_path(doc, expected):
     assert any(expected in issue for issue in issues(doc)), issues(doc)
+
+
+@pytest.mark.parametrize("key", ["global.stateDir", "source.path", "onComplete.archiveDir"])
+def test_a_directory_key_where_a_file_is_refused_with_its_path(tmp_path: Path, key: str):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    entry: dict[str, Any] = {
+        "source": {"path": str(tmp_path / "out")},
+        "onComplete": {"action": "archive", "archiveDir": str(tmp_path / "sent")},
+    }
+    destination = {"type": "local", "path": str(tmp_path / "nas")}
+    doc = document(destination, **entry)
+    component = doc["component"]
+    if key == "global.stateDir":
+        component["global"] = {"stateDir": str(blocker / "state")}
+        path = "$.component.global.stateDir"
+    else:
+        instance = component["instances"][0]
+        section, _, name = key.partition(".")
+        instance[section][name] = str(blocker)
+        path = f"$.component.instances[0].{key}"
+    found = issues(doc)
+    assert any(issue.startswith(f"{path}: ") and "is a file" in issue for issue in found), found
 
 
 def test_the_shipped_schema_accepts_every_spec_key():

@@ -491,18 +491,19 @@ def test_file_logging_disabled_writes_no_file(tmp_path):
 
 
 @pytest.mark.parametrize("platform", [Platform.CLUSTER, Platform.HOST])
-def test_file_logging_is_not_installed_with_the_json_sink(tmp_path, platform, capsys):
+def test_file_logging_with_the_json_sink_writes_json_lines_to_the_file(tmp_path, platform, capsys):
+    # Issue 36: with JSON logs (explicit, or the CLUSTER default) the file was silently
+    # never written.
     path = tmp_path / "c.log"
     config = {"fileLogging": {"enabled": True, "filePath": str(path)}}
     if platform is Platform.HOST:
         config["python_format"] = "json"
     configure_logging(config, platform)
-    logging.getLogger("unskit.test.file").warning("json only")
-    assert not path.exists()
-    assert not any(
-        isinstance(h, logging.handlers.RotatingFileHandler) for h in logging.getLogger().handlers
-    )
-    assert json_lines(capsys.readouterr().out)[0]["message"] == "json only"
+    logging.getLogger("unskit.test.file").warning("json in both")
+    [in_file] = json_lines(path.read_text(encoding="utf-8"))
+    assert in_file["message"] == "json in both"
+    assert in_file["logger"] == "unskit.test.file"
+    assert json_lines(capsys.readouterr().out)[0]["message"] == "json in both"
 
 
 def test_a_log_file_that_cannot_be_opened_is_a_configuration_error(tmp_path, capsys):

@@ -15,7 +15,13 @@ from unskit.commands.codes import failure_code
 from unskit.config.loader import ConfigLoader, add_config_arguments, client_broker
 from unskit.config.model import DEFAULT_TOPIC_ROOT
 from unskit.envelope import Message, MessageBuilder
-from unskit.errors import CommandError, ConfigError, MessagingError, RequestTimeoutError
+from unskit.errors import (
+    CommandError,
+    ConfigError,
+    ConfigIssue,
+    MessagingError,
+    RequestTimeoutError,
+)
 from unskit.messaging.client import MessagingClient
 from unskit.messaging.requests import RequestFuture
 from unskit.topics import TopicScope
@@ -162,6 +168,20 @@ def _connect(args: argparse.Namespace) -> CommandClient:
             **document,
             "component": {**document.get("component", {}), "token": args.component},
         }
+    elif not isinstance(document.get("component"), Mapping) or not isinstance(
+        document["component"].get("token"), str
+    ):
+        # Unlike `unskit run NAME`, a client has no built-in token to fall back to.
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    "--component",
+                    "is required: the configuration's component.token names no component, "
+                    "so give the component's topic token with --component TOKEN",
+                )
+            ],
+            source=loader.source.location,
+        )
     config = loader.resolve(document)
     local = client_broker(config)
     secrets = config.secrets() if config.credentials is not None else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -25,9 +26,11 @@ from unskit.config.messaging import parse_endpoint
 from unskit.config.platform import Platform
 from unskit.config.secrets import FIELD_KEY, SECRET_KEY, find_secret_refs, secret_objects
 from unskit.config.values import (
+    DEFAULT_HEALTH_PORT,
     DEFAULT_LEVELS,
     DEFAULT_LIVENESS_PATH,
     DEFAULT_READINESS_PATH,
+    DEFAULT_SCRAPE_PORT,
     DEFAULT_STARTUP_PATH,
     EMBEDDED_HOST,
     JSON_FORMAT,
@@ -38,6 +41,7 @@ from unskit.errors import ConfigIssue
 __all__ = [
     "SECTION_RULES",
     "configuration_issues",
+    "directory_problem",
     "health_issues",
     "logging_issues",
     "messaging_issues",
@@ -65,8 +69,82 @@ def configuration_issues(
     issues += messaging_issues(document.get("messaging"), platform)
     for name, rules in SECTION_RULES.items():
         issues += rules(document.get(name))
+    issues += _metric_destination_issues(document)
+    issues += _port_clash_issues(document, platform)
+    issues += _location_issues(document)
     issues += _secret_issues(document)
     return issues
+
+
+def _block(document: Mapping[str, Any], *names: str) -> Mapping[str, Any]:
+    """The object at `names`, or {} where the document has none (or the schema's fault)."""
+    block: object = document
+    for name in names:
+        block = block.get(name) if isinstance(block, Mapping) else None
+    return block if isinstance(block, Mapping) else {}
+
+
+def _metric_destination_issues(document: Mapping[str, Any]) -> Iterator[ConfigIssue]:
+    metrics = _block(document, "metricEmission")
+    if metrics.get("enabled", True) is False or metrics.get("target") != "messaging":
+        return
+    destination = _block(metrics, "targetConfig").get("destination")
+    if destination == "cloud" and not _block(document, "messaging", "northbound"):
+        yield ConfigIssue(
+            json_path(("metricEmission", "targetConfig", "destination")),
+            'is "cloud", which publishes on messaging.northbound, and there is none: '
+            'configure messaging.northbound or use "local"',
+        )
+
+
+def _port_clash_issues(document: Mapping[str, Any], platform: Platform) -> Iterator[ConfigIssue]:
+    """The scrape endpoint and the probe server cannot share a port (both bind any address)."""
+    metrics = _block(document, "metricEmission")
+    if metrics.get("enabled", True) is False or metrics.get("target") != "scrape":
+        return
+    health = _block(document, "health")
+    enabled = health.get("enabled")
+    if not (enabled if isinstance(enabled, bool) else platform is Platform.CLUSTER):
+        return
+    scrape_port = _block(metrics, "targetConfig").get("port", DEFAULT_SCRAPE_PORT)
+    health_port = health.get("port", DEFAULT_HEALTH_PORT)
+    # Port 0 is any free port: two of them never clash.
+    if isinstance(scrape_port, int) and scrape_port != 0 and scrape_port == health_port:
+        yield ConfigIssue(
+            json_path(("metricEmission", "targetConfig", "port")),
+            f"must differ from health.port (both are {scrape_port}): the scrape endpoint and "
+            "the probe server each bind their own port",
+        )
+
+
+def _location_issues(document: Mapping[str, Any]) -> Iterator[ConfigIssue]:
+    """A directory the component creates or a file it opens, where a file is in the way."""
+    state_dir = _block(document, "commands").get("stateDir")
+    if isinstance(state_dir, str) and (problem := directory_problem(state_dir)):
+        yield ConfigIssue(json_path(("commands", "stateDir")), f"cannot be a directory: {problem}")
+    files = _block(document, "logging", "fileLogging")
+    file_path = files.get("filePath")
+    if files.get("enabled") is True and isinstance(file_path, str):
+        at = json_path(("logging", "fileLogging", "filePath"))
+        if os.path.isdir(file_path):
+            yield ConfigIssue(at, "cannot be opened: it is a directory; name the log file")
+        elif problem := directory_problem(os.path.dirname(os.path.abspath(file_path))):
+            yield ConfigIssue(at, f"cannot be opened: its folder cannot be made ({problem})")
+
+
+def directory_problem(path: str) -> str | None:
+    """Why `path` cannot be (or become) a directory, when a file is in the way; else None.
+
+    Only what the file system already shows: a directory that does not exist yet is
+    created at start, and whether it can be is found there."""
+    current = os.path.abspath(path)
+    while True:
+        if os.path.exists(current):
+            return None if os.path.isdir(current) else f"{current} is a file"
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
 
 
 def _levels(document: Mapping[str, Any]) -> tuple[str, ...] | None:
@@ -232,12 +310,25 @@ def logging_issues(section: object) -> Iterator[ConfigIssue]:
     text = section.get("python_format")
     if isinstance(text, str) and text.strip().lower() != JSON_FORMAT:
         try:
-            logging.Formatter(text, validate=True)
+            formatter = logging.Formatter(text, validate=True)
         except ValueError:
             yield ConfigIssue(
                 json_path(("logging", "python_format")),
                 'must be a %-style logging format such as "%(asctime)s %(message)s", or "json"',
             )
+        else:
+            # The shape check passes %(nosuchfield)s and %(message)d; formatting a record
+            # finds them here rather than as a "--- Logging error ---" on every line.
+            try:
+                probe = logging.LogRecord("unskit", logging.INFO, __file__, 1, "probe", (), None)
+                formatter.format(probe)
+            except (KeyError, ValueError, TypeError):
+                yield ConfigIssue(
+                    json_path(("logging", "python_format")),
+                    "cannot format a log record: name only fields every record has "
+                    "(asctime, levelname, name, message, thread, ...) with a conversion "
+                    "that fits them",
+                )
     files = section.get("fileLogging")
     size = files.get("maxFileSize") if isinstance(files, Mapping) else None
     if isinstance(size, str):

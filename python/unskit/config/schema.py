@@ -20,19 +20,24 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError, best_match
+from jsonschema import Draft202012Validator, validators
+from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from unskit.config._paths import json_path
 from unskit.config.platform import Platform
 from unskit.config.rules import SECTION_RULES, configuration_issues
-from unskit.errors import ConfigIssue
+from unskit.config.values import MAX_DEPTH
+from unskit.errors import ConfigError, ConfigIssue
 
 __all__ = [
+    "DURATION_CEILINGS",
     "FRAMEWORK_SCHEMA",
+    "SCHEMA_FILES",
+    "check_schema",
     "check_section",
+    "duration_ceiling",
     "framework_schema",
     "is_topic_level",
     "load_schema",
@@ -42,6 +47,15 @@ __all__ = [
 ]
 
 FRAMEWORK_SCHEMA = "framework.schema.json"
+#: Every schema shipped in ``schemas/``; all are in the registry, so one may $ref another.
+SCHEMA_FILES = (
+    FRAMEWORK_SCHEMA,
+    "camera-adapter.schema.json",
+    "ethernet-ip-adapter.schema.json",
+    "file-egress.schema.json",
+    "opcua-adapter.schema.json",
+    "signal-recorder.schema.json",
+)
 # Annotation in the schema files that words the error for a pattern, enum, anyOf, not or
 # minimum (where the bound has a reason worth giving).
 _MESSAGE_KEY = "x-message"
@@ -60,6 +74,47 @@ _JSON_TYPES = {
 _TOPIC_LEVEL = re.compile(r"^[^/#+\x00]+$")
 # A key a JSON path writes in brackets, `['a.b']`.
 _BRACKETED = re.compile(r"\['((?:[^'\\]|\\.)*)'\]")
+
+# A duration key is named for its unit (``intervalSeconds``, ``connectMs``, ``maxAgeHours``).
+# Every one is bounded here, whatever schema holds it, because an unbounded one reaches a
+# timer that overflows (threading's wait raises OverflowError past ~292 years, and the thread
+# dies while the process runs on). Milliseconds fit a signed 32-bit count (24.8 days, the
+# timer limit of the Java and TypeScript variants); the longer units allow ten years.
+_TEN_YEARS_S = 10 * 365 * 86400
+#: Unit suffix of a duration key -> (its ceiling, the ceiling in words).
+DURATION_CEILINGS: Mapping[str, tuple[int, str]] = {
+    "Ms": (2**31 - 1, "about 24.8 days"),
+    "Millis": (2**31 - 1, "about 24.8 days"),
+    "Seconds": (_TEN_YEARS_S, "10 years"),
+    "Secs": (_TEN_YEARS_S, "10 years"),
+    "Mins": (_TEN_YEARS_S // 60, "10 years"),
+    "Minutes": (_TEN_YEARS_S // 60, "10 years"),
+    "Hours": (_TEN_YEARS_S // 3600, "10 years"),
+    "Days": (_TEN_YEARS_S // 86400, "10 years"),
+}
+# The unit must follow a lower-case letter or digit: ``bandwidthBytesPerSec`` is a rate.
+_DURATION_KEY = re.compile(r"[a-z0-9](" + "|".join(DURATION_CEILINGS) + r")$")
+
+
+def duration_ceiling(key: str) -> tuple[int, str] | None:
+    """(ceiling, in words) when `key` names a duration by its unit suffix, else None."""
+    match = _DURATION_KEY.search(key)
+    return DURATION_CEILINGS[match.group(1)] if match else None
+
+
+def _is_integer(_checker: object, instance: object) -> bool:
+    # JSON Schema's integer admits 30.0; every reader of an integer key here (a socket port,
+    # paho's keepalive, a thread pool size, zstd's level) needs a Python int, so a number
+    # written with a fraction is refused with its path rather than failing at run.
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+#: Draft 2020-12 with `integer` meaning an integer written without a fraction; every
+#: schema of the package (framework, component, instance, section) is checked with it.
+_Validator: Any = validators.extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator,
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
+)
 
 
 class _SectionError(ValueError):
@@ -106,18 +161,38 @@ def framework_schema() -> Mapping[str, Any]:
 
 @functools.cache
 def _registry() -> Registry[Any]:
-    # Component schemas may $ref the framework's $defs (e.g. secretRef) by its $id.
-    schema = framework_schema()
-    resource = Resource.from_contents(dict(schema), default_specification=DRAFT202012)
-    registry: Registry[Any] = Registry().with_resource(schema["$id"], resource)
+    # Component schemas may $ref the framework's $defs (e.g. secretRef) by its $id, and any
+    # shipped schema is reachable by its $id (the schema tests walk them that way).
+    # Without "$schema": a $ref into a resource that names its dialect would be checked by
+    # the stock Draft 2020-12 class (jsonschema picks the class from "$schema"), losing the
+    # integer rule of `_Validator`.
+    registry: Registry[Any] = Registry()
+    for name in SCHEMA_FILES:
+        schema = framework_schema() if name == FRAMEWORK_SCHEMA else load_schema(name)
+        contents = {key: value for key, value in schema.items() if key != "$schema"}
+        resource = Resource.from_contents(contents, default_specification=DRAFT202012)
+        registry = registry.with_resource(schema["$id"], resource)
     return registry
 
 
 @functools.cache
-def _framework_validator() -> Draft202012Validator:
+def _framework_validator() -> Any:
     schema = dict(framework_schema())
-    Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema, registry=_registry())
+    _Validator.check_schema(schema)
+    return _Validator(schema, registry=_registry())
+
+
+def check_schema(schema: Mapping[str, Any], option: str = "--schema") -> None:
+    """Raises `ConfigError` naming `option` when `schema` is not a valid Draft 2020-12 schema."""
+    try:
+        _Validator.check_schema(dict(schema))
+    except SchemaError as error:
+        where = json_path(error.absolute_path)
+        raise ConfigError(
+            [ConfigIssue(option, f"is not a valid JSON Schema (at {where}: {error.message})")]
+        ) from None
+    except RecursionError:
+        raise ConfigError([ConfigIssue(option, "nests too deep to be a schema")]) from None
 
 
 def validate_with_schema(
@@ -125,21 +200,23 @@ def validate_with_schema(
 ) -> list[ConfigIssue]:
     """Every issue of `instance` against `schema`, with paths under `prefix`."""
     schema_dict = dict(schema)
-    Draft202012Validator.check_schema(schema_dict)
-    validator = Draft202012Validator(schema_dict, registry=_registry())
-    return _issues(validator.iter_errors(instance), prefix)
+    _Validator.check_schema(schema_dict)
+    validator = _Validator(schema_dict, registry=_registry())
+    issues = _issues(validator.iter_errors(instance), prefix)
+    return issues + list(_duration_issues(instance, tuple(prefix)))
 
 
 @functools.cache
-def _section_validator(name: str) -> Draft202012Validator:
+def _section_validator(name: str) -> Any:
     ref = f"{framework_schema()['$id']}#/properties/{name}"
-    return Draft202012Validator({"$ref": ref}, registry=_registry())
+    return _Validator({"$ref": ref}, registry=_registry())
 
 
 def section_issues(name: str, section: object) -> list[ConfigIssue]:
     """Every issue of one framework section (``health``, ``logging``, ``metricEmission``)
     given alone: its part of the framework schema, then its rules."""
     issues = _issues(_section_validator(name).iter_errors(section), (name,))
+    issues += _duration_issues(section, (name,))
     taken = {issue.path for issue in issues}
     issues += [issue for issue in SECTION_RULES[name](section) if not _under(issue.path, taken)]
     return sorted(set(issues))
@@ -159,10 +236,14 @@ def validate_document(
     component_schema: Mapping[str, Any] | None = None,
 ) -> list[ConfigIssue]:
     """Every issue of a document: framework schema, component schema, cross-section rules."""
+    too_deep = _too_deep(document)
+    if too_deep is not None:
+        return [too_deep]
     # NaN and Infinity (Python's json and YAML's .nan/.inf read them) satisfy every numeric
     # rule of JSON Schema; they are refused here, once, wherever they appear.
     non_finite = list(_non_finite(document, ()))
     issues = non_finite + _issues(_framework_validator().iter_errors(document), ())
+    issues += _duration_issues(document, ())
     if not isinstance(document, Mapping):
         return issues
     component = document.get("component")
@@ -176,6 +257,22 @@ def validate_document(
     return sorted({issue for issue in issues if issue in non_finite or not _under(issue.path, bad)})
 
 
+def _too_deep(document: object) -> ConfigIssue | None:
+    """The first place the document nests deeper than `MAX_DEPTH` (walked without recursion:
+    everything after this recurses per level)."""
+    stack: list[tuple[object, tuple[str | int, ...]]] = [(document, ())]
+    while stack:
+        value, at = stack.pop()
+        if len(at) > MAX_DEPTH:
+            where = json_path(at[:MAX_DEPTH])
+            return ConfigIssue(where, f"nests deeper than {MAX_DEPTH} levels below $")
+        if isinstance(value, Mapping):
+            stack.extend((item, (*at, str(key))) for key, item in value.items())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((item, (*at, index)) for index, item in enumerate(value))
+    return None
+
+
 def _non_finite(value: object, at: tuple[str | int, ...]) -> Iterator[ConfigIssue]:
     if isinstance(value, float) and not math.isfinite(value):
         yield ConfigIssue(json_path(at), f"must be a finite number, not {value!r}")
@@ -185,6 +282,25 @@ def _non_finite(value: object, at: tuple[str | int, ...]) -> Iterator[ConfigIssu
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from _non_finite(item, (*at, index))
+
+
+def _duration_issues(value: object, at: tuple[str | int, ...]) -> Iterator[ConfigIssue]:
+    """Every duration key (by its unit suffix) above its unit's ceiling, wherever it is."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            ceiling = duration_ceiling(str(key))
+            number = isinstance(item, (int, float)) and not isinstance(item, bool)
+            if ceiling is not None and number and item > ceiling[0]:
+                yield ConfigIssue(
+                    json_path((*at, str(key))),
+                    f"must be <= {ceiling[0]} ({ceiling[1]}, the ceiling of every duration "
+                    f"key in this unit)",
+                )
+            else:
+                yield from _duration_issues(item, (*at, str(key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _duration_issues(item, (*at, index))
 
 
 def _under(path: str, taken: set[str]) -> bool:
@@ -263,6 +379,8 @@ def _rule_text(error: ValidationError) -> str:
     if rule == "type":
         expected = [value] if isinstance(value, str) else list(value)
         names = " or ".join(_JSON_TYPES.get(t, t) for t in expected)
+        if "integer" in expected and isinstance(instance, float) and instance.is_integer():
+            return f"must be {names}, written without a decimal point or exponent"
         return f"must be {names}, not {_json_type(instance)}"
     if rule == "enum":
         return "must be one of: " + ", ".join(json.dumps(v) for v in value)

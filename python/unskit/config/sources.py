@@ -17,11 +17,13 @@ import enum
 import json
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 from unskit.config.platform import Platform
+from unskit.config.values import MAX_DEPTH
 from unskit.config.watch import DirectoryWatcher
 from unskit.errors import ConfigError, ConfigIssue
 
@@ -137,10 +139,14 @@ def parse_document(text: str | bytes, name: str = "<document>") -> dict[str, Any
             text = text.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
             raise _error("$", f"is not UTF-8 text (byte {exc.start})", name) from None
-    if name.lower().endswith(_YAML_SUFFIXES):
-        document = _parse_yaml(text, name)
-    else:
-        document = _parse_json(text, name)
+    try:
+        if name.lower().endswith(_YAML_SUFFIXES):
+            document = _parse_yaml(text, name)
+        else:
+            document = _parse_json(text, name)
+    except RecursionError:
+        # Both parsers recurse per level; a document this deep is no configuration.
+        raise _error("$", f"nests deeper than {MAX_DEPTH} levels", name) from None
     if not isinstance(document, dict):
         kind = "empty" if document is None else f"a {type(document).__name__}"
         raise _error("$", f"must be an object (a document of sections), not {kind}", name)
@@ -171,9 +177,29 @@ def _parse_json(text: str, name: str) -> Any:
         ) from None
     except json.JSONDecodeError as exc:
         # exc.msg and the position only: the offending text may be a secret.
+        hint = (
+            " (this looks like YAML: the file name's suffix chooses the parser, so name it "
+            ".yaml or .yml)"
+            if _looks_like_yaml(text)
+            else ""
+        )
         raise _error(
-            "$", f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", name
+            "$", f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}{hint}", name
         ) from None
+
+
+# A YAML mapping line: `key:` at the start, then a value or nothing.
+_YAML_KEY_LINE = re.compile(r"^[A-Za-z_$][\w.$-]*:(\s|$)")
+
+
+def _looks_like_yaml(text: str) -> bool:
+    """True when the first meaningful line is a YAML ``key:`` line or document marker."""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        return stripped == "---" or bool(_YAML_KEY_LINE.match(stripped))
+    return False
 
 
 def _parse_yaml(text: str, name: str) -> Any:
@@ -268,6 +294,13 @@ class FileSource:
 
     def read(self) -> dict[str, Any]:
         """The parsed document."""
+        if self.path.is_dir():
+            raise _error(
+                "$",
+                "is a directory: on HOST -c names the configuration file; a mounted "
+                "directory (a config map) is read with --platform CLUSTER",
+                self.location,
+            )
         return read_document(self.path)
 
     def watch(self, on_document: OnDocument, on_error: OnError) -> Watch | None:
@@ -418,7 +451,10 @@ class RuntimeConfigSource:
         document = self.provider.get_configuration()
         if not isinstance(document, Mapping):
             raise _error("$", "must be an object (a document of sections)", self.location)
-        return _plain(document)
+        try:
+            return _plain(document)
+        except RecursionError:
+            raise _error("$", f"nests deeper than {MAX_DEPTH} levels", self.location) from None
 
     def watch(self, on_document: OnDocument, on_error: OnError) -> Watch:
         """Reports each document the provider pushes."""

@@ -36,9 +36,15 @@ __all__ = [
     "EMBEDDED_HOST",
     "JSON_FORMAT",
     "LEVEL_NAMES",
+    "MAX_DEPTH",
     "log_level",
     "parse_size",
 ]
+
+# The deepest nesting a document may have (objects and arrays; the deepest configuration
+# key is about 10 levels down). Parsing, validation and the frozen model all recurse per
+# level, so a deeper document is refused before any of them runs.
+MAX_DEPTH = 64
 
 # hierarchy, topic
 DEFAULT_LEVELS = ("device",)

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from unskit.config.model import ComponentConfig, thaw
+from unskit.config.rules import directory_problem
 from unskit.config.schema import load_schema
 from unskit.egress.backends import extra_installed, missing_extra
 from unskit.errors import ConfigError, ConfigIssue
@@ -162,8 +163,16 @@ def configuration_issues(config: ComponentConfig) -> list[ConfigIssue]:
 
 def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
     ids: set[str] = set()
+    # Directories the component creates at start: a file in the way is refused here, not a
+    # traceback there. (A destination's path is not: it fails as a transfer, and the other
+    # destinations still deliver.)
+    directories = [("$.component.global.stateDir", (component.get("global") or {}).get("stateDir"))]
     for index, entry in enumerate(component.get("instances") or []):
         path = f"$.component.instances[{index}]"
+        directories.append((f"{path}.source.path", entry["source"]["path"]))
+        directories.append(
+            (f"{path}.onComplete.archiveDir", (entry.get("onComplete") or {}).get("archiveDir"))
+        )
         if entry["id"] in ids:
             yield ConfigIssue(f"{path}.id", f"duplicate instance id {entry['id']!r}")
         ids.add(entry["id"])
@@ -222,6 +231,9 @@ def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
                     )
             if kind == "blobstore":
                 yield from _blobstore_rules(destination, at)
+    for at, directory in directories:
+        if isinstance(directory, str) and (problem := directory_problem(directory)):
+            yield ConfigIssue(at, f"cannot be a directory: {problem}")
 
 
 def _blobstore_rules(destination: Mapping[str, Any], at: str) -> Iterator[ConfigIssue]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from unskit import errors
 from unskit.config.model import ComponentConfig, thaw
+from unskit.config.rules import directory_problem
 from unskit.config.schema import load_schema
 from unskit.errors import ConfigError, ConfigIssue
 from unskit.messaging.groups import ConsumerGroupConfig, GroupMode, consumer_group_from_section
@@ -161,6 +162,10 @@ def _rules(component: Mapping[str, Any]) -> Iterator[ConfigIssue]:
     compression = component.get("compression") or {}
     if "level" in compression and compression.get("codec", "zstd") != "zstd":
         yield ConfigIssue("$.component.compression.level", "applies to the zstd codec only")
+    output = (component.get("output") or {}).get("path")
+    # Created at start: a file in the way is refused here, not as a traceback there.
+    if isinstance(output, str) and (problem := directory_problem(output)):
+        yield ConfigIssue("$.component.output.path", f"cannot be a directory: {problem}")
 
 
 def parse_component(config: ComponentConfig) -> RecorderSettings:

@@ -6,7 +6,8 @@ The section is parsed in `unskit.config.model` (`LoggingConfig`): ``level`` (INF
 `LIBRARY_LOGGERS` that ``loggers`` does not name; WARNING, or ``level`` if higher; above
 DEBUG their tracebacks and repeats are summarised, see `_LibraryRepeats`),
 ``fileLogging`` {``enabled`` (false), ``filePath``, ``maxFileSize`` (10MB), ``backupCount``
-(5)}, ``globalControl`` (parsed, never acted on);
+(5)}, written in the layout of the stream (JSON lines with the JSON sink),
+``globalControl`` (parsed, never acted on);
 the effective format is an explicit ``python_format``, else the platform default (``json`` on
 CLUSTER), else the built-in default. Text goes to stderr; the JSON sink writes to stdout, one
 object per line::
@@ -23,13 +24,14 @@ cannot hold are written as their ``str()``.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import logging.handlers
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
@@ -104,25 +106,25 @@ def configure_logging(
     logger_levels = {name: library_level for name in LIBRARY_LOGGERS}
     logger_levels.update((name, log_level(level)) for name, level in settings.loggers.items())
     handlers: list[logging.Handler] = []
-    if settings.json:
-        json_handler = _StreamHandler(stdout=True)
-        json_handler.setFormatter(JsonFormatter())
-        handlers.append(json_handler)
-    else:
-        text_handler = _StreamHandler(stdout=False)
-        text_handler.setFormatter(logging.Formatter(settings.format))
-        handlers.append(text_handler)
-        files = settings.file_logging
-        if files.enabled and files.file_path is not None:
-            try:
-                file_handler = _file_handler(
-                    Path(files.file_path), files.max_file_size, files.backup_count
-                )
-            except ConfigError:
-                text_handler.close()
-                raise
-            file_handler.setFormatter(logging.Formatter(settings.format))
-            handlers.append(file_handler)
+    # The file sink writes the layout the stream does: JSON lines with the JSON sink (the
+    # CLUSTER default), the text format otherwise.
+    layout: Callable[[], logging.Formatter] = (
+        JsonFormatter if settings.json else functools.partial(logging.Formatter, settings.format)
+    )
+    stream_handler = _StreamHandler(stdout=settings.json)
+    stream_handler.setFormatter(layout())
+    handlers.append(stream_handler)
+    files = settings.file_logging
+    if files.enabled and files.file_path is not None:
+        try:
+            file_handler = _file_handler(
+                Path(files.file_path), files.max_file_size, files.backup_count
+            )
+        except ConfigError:
+            stream_handler.close()
+            raise
+        file_handler.setFormatter(layout())
+        handlers.append(file_handler)
     # One filter for every sink, so each writes the same lines.
     repeats = _LibraryRepeats()
     for handler in handlers:
