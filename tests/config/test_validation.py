@@ -214,6 +214,72 @@ BAD: list[tuple[str, Any, Platform, str, tuple[str, ...]]] = [
         "$.messaging.northbound.host",
         ("remote broker",),
     ),
+    # Spec 1: username/password go only to a plaintext local broker; on the northbound link
+    # they were accepted and then never sent.
+    *[
+        (
+            f"northbound-{key}",
+            patched({"messaging": {"northbound": {"host": "a", "credentials": {key: "x"}}}}),
+            Platform.HOST,
+            f"$.messaging.northbound.credentials.{key}",
+            ("refused on the northbound link", "plaintext local broker", "caPath"),
+        )
+        for key in ("username", "password")
+    ],
+    (
+        "embedded-broker-with-tls",
+        patched(
+            {
+                "messaging": {
+                    "local": {"host": "embedded", "port": DELETE, "credentials": {"caPath": "c"}}
+                }
+            }
+        ),
+        Platform.HOST,
+        "$.messaging.local.credentials.caPath",
+        ("embedded", "plaintext"),
+    ),
+    *[
+        (
+            f"{role}-reconnect-{name}",
+            patched({"messaging": {role: {"host": "a", "reconnect": block}}}),
+            Platform.HOST,
+            f"$.messaging.{role}.reconnect{key}",
+            words,
+        )
+        for role in ("local", "northbound")
+        for name, block, key, words in [
+            ("initial-zero", {"initialDelaySeconds": 0}, ".initialDelaySeconds", ()),
+            ("initial-negative", {"initialDelaySeconds": -1}, ".initialDelaySeconds", ()),
+            ("max-zero", {"maxDelaySeconds": 0}, ".maxDelaySeconds", ()),
+            ("max-unbounded", {"maxDelaySeconds": 1e12}, ".maxDelaySeconds", ("3600",)),
+            (
+                "initial-above-max",
+                {"initialDelaySeconds": 3, "maxDelaySeconds": 2},
+                ".initialDelaySeconds",
+                ("at most maxDelaySeconds",),
+            ),
+            (
+                "initial-above-default-max",
+                {"initialDelaySeconds": 10},
+                ".initialDelaySeconds",
+                ("at most maxDelaySeconds (default 4)",),
+            ),
+            ("unknown-key", {"jitter": False}, ".jitter", ("unknown key",)),
+            ("not-an-object", 5, "", ("an object",)),
+        ]
+    ],
+    *[
+        (
+            f"{role}-publish-degraded-after-{name}",
+            patched({"messaging": {role: {"host": "a", "publishDegradedAfterSeconds": value}}}),
+            Platform.HOST,
+            f"$.messaging.{role}.publishDegradedAfterSeconds",
+            (),
+        )
+        for role in ("local", "northbound")
+        for name, value in [("zero", 0), ("unbounded", 1e12), ("text", "30")]
+    ],
     (
         "component-missing",
         patched({"component": DELETE}),
