@@ -239,6 +239,21 @@ BAD: list[tuple[str, Any, Platform, str, tuple[str, ...]]] = [
         "$.messaging.local.credentials.caPath",
         ("embedded", "plaintext"),
     ),
+    # A URL or host:port where a host name belongs was dialled as a host name, forever.
+    *[
+        (
+            f"{role}-{key}-{name}",
+            patched({"messaging": {role: {key: value}}}),
+            Platform.HOST,
+            f"$.messaging.{role}.{key}",
+            words,
+        )
+        for role, key in [("local", "host"), ("northbound", "host"), ("northbound", "endpoint")]
+        for name, value, words in [
+            ("url", "mqtts://broker.example:8883", ("not a URL", '"endpoints"')),
+            ("with-port", "broker.example:8883", ('"port"',)),
+        ]
+    ],
     *[
         (
             f"{role}-reconnect-{name}",
@@ -666,6 +681,12 @@ def test_error_text_lists_every_path() -> None:
     assert "2 configuration errors in plant.json" in text
     assert "$.messaging.local.port: must be an integer" in text
     assert "$.tags.site: is a hierarchy level" in text
+
+
+@pytest.mark.parametrize("host", ["::1", "fe80::1", "broker.example", "10.0.0.7", "embedded"])
+def test_a_host_name_or_address_is_valid(host: str) -> None:
+    document = patched({"messaging": {"local": {"host": host, "port": DELETE}}})
+    assert validate_document(document) == []
 
 
 def test_embedded_host_is_valid_without_port() -> None:

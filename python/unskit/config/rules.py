@@ -172,6 +172,7 @@ def messaging_issues(
         if isinstance(block, Mapping) and isinstance(block.get("endpoints"), list):
             yield from _endpoint_issues(block, role)
         if isinstance(block, Mapping):
+            yield from _host_issues(block, role)
             yield from _reconnect_issues(block.get("reconnect"), role)
     northbound = section.get("northbound")
     if isinstance(northbound, Mapping):
@@ -182,6 +183,27 @@ def messaging_issues(
             )
         if northbound.get("port") == 0:
             yield ConfigIssue(json_path(("messaging", "northbound", "port")), "must be >= 1")
+
+
+def _host_issues(block: Mapping[str, Any], role: str) -> Iterator[ConfigIssue]:
+    """`host` and `endpoint` name a host: a URL or a ``host:port`` there would be dialled
+    as a host name, and fail on every attempt."""
+    for key in ("host", "endpoint"):
+        value = block.get(key)
+        if not isinstance(value, str):
+            continue
+        name, colon, port = value.rpartition(":")
+        if "://" in value:
+            yield ConfigIssue(
+                json_path(("messaging", role, key)),
+                'is a host name, not a URL: give a URL in "endpoints" (a list of '
+                "mqtt://host[:port] or mqtts://host[:port])",
+            )
+        elif colon and port.isdigit() and ":" not in name:  # an IPv6 address has several
+            yield ConfigIssue(
+                json_path(("messaging", role, key)),
+                'is a host name without a port: give the port in "port"',
+            )
 
 
 def _reconnect_issues(reconnect: object, role: str) -> Iterator[ConfigIssue]:
