@@ -11,8 +11,8 @@ from types import MappingProxyType
 import pytest
 
 from unskit import Identity, MessageBuilder
-from unskit.config import ComponentConfig, Platform, Secret, SecretRef, resolve_config
-from unskit.config.messaging import OverflowPolicy
+from unskit.config import ComponentConfig, Platform, Secret, resolve_config
+from unskit.config.messaging import OverflowPolicy, ReconnectConfig
 from unskit.config.model import (
     HealthConfig,
     LoggingConfig,
@@ -300,7 +300,11 @@ def test_broker_keys_tls_and_secrets() -> None:
                 },
                 "northbound": {
                     "endpoint": "iot.example.com",
-                    "credentials": {"username": "u", "password": {"$secret": "nb", "field": "pw"}},
+                    "credentials": {
+                        "caPath": "nb-ca.pem",
+                        "certPath": "nb.pem",
+                        "keyPath": "nb.key",
+                    },
                 },
                 "requestTimeoutSeconds": 0,
             },
@@ -317,9 +321,8 @@ def test_broker_keys_tls_and_secrets() -> None:
     northbound = messaging.northbound
     assert northbound is not None
     assert northbound.host == "iot.example.com"
-    assert northbound.port == 1883
-    assert northbound.credentials.username == "u"
-    assert northbound.credentials.password == SecretRef("nb", "pw")
+    assert northbound.port == 8883
+    assert northbound.mutual_tls
     assert messaging.request_timeout_seconds == 0.0
 
 
@@ -389,6 +392,45 @@ def test_keepalive_defaults_to_30_s_and_is_read_per_broker() -> None:
     assert messaging.local.keepalive_seconds == 3
     assert messaging.northbound is not None
     assert messaging.northbound.keepalive_seconds == 30
+
+
+def test_reconnect_and_publish_degraded_age_default_and_are_read_per_broker() -> None:
+    document = patched(
+        {
+            "messaging": {
+                "local": {
+                    "reconnect": {"initialDelaySeconds": 0.25, "maxDelaySeconds": 2},
+                    "publishDegradedAfterSeconds": 5,
+                },
+                "northbound": {"endpoint": "nb.local", "reconnect": {"maxDelaySeconds": 60}},
+            }
+        }
+    )
+    messaging = _config(document).messaging
+    assert messaging.local is not None
+    assert messaging.local.reconnect == ReconnectConfig(0.25, 2.0)
+    assert messaging.local.publish_degraded_after_seconds == 5.0
+    assert messaging.northbound is not None
+    assert messaging.northbound.reconnect == ReconnectConfig(0.5, 60.0)
+    assert messaging.northbound.publish_degraded_after_seconds == 30.0
+    default = _config(MINIMAL).messaging.local
+    assert default is not None
+    assert default.reconnect == ReconnectConfig(0.5, 4.0)
+    assert default.publish_degraded_after_seconds == 30.0
+
+
+@pytest.mark.parametrize(
+    ("initial", "most", "words"),
+    [
+        (0.0, 4.0, "initialDelaySeconds must be above 0"),
+        (0.5, float("nan"), "maxDelaySeconds must be above 0"),
+        (0.5, 1e12, "at most 3600 s"),
+        (5.0, 4.0, "initialDelaySeconds must be at most maxDelaySeconds"),
+    ],
+)
+def test_a_reconnect_built_in_code_is_checked(initial: float, most: float, words: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(words)):
+        ReconnectConfig(initial, most)
 
 
 @pytest.mark.parametrize("value", [0, 65536, 2.5, "30"])

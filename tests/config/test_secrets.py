@@ -162,11 +162,10 @@ def vault_setup(tmp_path: Path) -> dict[str, Any]:
                         "password": {"$secret": "broker", "field": "password"},
                     }
                 },
-                "northbound": {
-                    "host": "cloud.example",
-                    "credentials": {"username": "nb", "password": INLINE_SECRET},
-                },
             },
+            # An inline secret beside the references (spec 1 refuses a password on the
+            # northbound link, where it used to sit).
+            "component": {"login": {"user": "nb", "password": INLINE_SECRET}},
         }
     )
     config_path = tmp_path / "config.json"

@@ -222,6 +222,87 @@ BAD: list[tuple[str, Any, Platform, str, tuple[str, ...]]] = [
         "$.messaging.northbound.host",
         ("remote broker",),
     ),
+    # Spec 1: username/password go only to a plaintext local broker; on the northbound link
+    # they were accepted and then never sent.
+    *[
+        (
+            f"northbound-{key}",
+            patched({"messaging": {"northbound": {"host": "a", "credentials": {key: "x"}}}}),
+            Platform.HOST,
+            f"$.messaging.northbound.credentials.{key}",
+            ("refused on the northbound link", "plaintext local broker", "caPath"),
+        )
+        for key in ("username", "password")
+    ],
+    (
+        "embedded-broker-with-tls",
+        patched(
+            {
+                "messaging": {
+                    "local": {"host": "embedded", "port": DELETE, "credentials": {"caPath": "c"}}
+                }
+            }
+        ),
+        Platform.HOST,
+        "$.messaging.local.credentials.caPath",
+        ("embedded", "plaintext"),
+    ),
+    # A URL or host:port where a host name belongs was dialled as a host name, forever.
+    *[
+        (
+            f"{role}-{key}-{name}",
+            patched({"messaging": {role: {key: value}}}),
+            Platform.HOST,
+            f"$.messaging.{role}.{key}",
+            words,
+        )
+        for role, key in [("local", "host"), ("northbound", "host"), ("northbound", "endpoint")]
+        for name, value, words in [
+            ("url", "mqtts://broker.example:8883", ("not a URL", '"endpoints"')),
+            ("with-port", "broker.example:8883", ('"port"',)),
+        ]
+    ],
+    *[
+        (
+            f"{role}-reconnect-{name}",
+            patched({"messaging": {role: {"host": "a", "reconnect": block}}}),
+            Platform.HOST,
+            f"$.messaging.{role}.reconnect{key}",
+            words,
+        )
+        for role in ("local", "northbound")
+        for name, block, key, words in [
+            ("initial-zero", {"initialDelaySeconds": 0}, ".initialDelaySeconds", ()),
+            ("initial-negative", {"initialDelaySeconds": -1}, ".initialDelaySeconds", ()),
+            ("max-zero", {"maxDelaySeconds": 0}, ".maxDelaySeconds", ()),
+            ("max-unbounded", {"maxDelaySeconds": 1e12}, ".maxDelaySeconds", ("3600",)),
+            (
+                "initial-above-max",
+                {"initialDelaySeconds": 3, "maxDelaySeconds": 2},
+                ".initialDelaySeconds",
+                ("at most maxDelaySeconds",),
+            ),
+            (
+                "initial-above-default-max",
+                {"initialDelaySeconds": 10},
+                ".initialDelaySeconds",
+                ("at most maxDelaySeconds (default 4)",),
+            ),
+            ("unknown-key", {"jitter": False}, ".jitter", ("unknown key",)),
+            ("not-an-object", 5, "", ("an object",)),
+        ]
+    ],
+    *[
+        (
+            f"{role}-publish-degraded-after-{name}",
+            patched({"messaging": {role: {"host": "a", "publishDegradedAfterSeconds": value}}}),
+            Platform.HOST,
+            f"$.messaging.{role}.publishDegradedAfterSeconds",
+            (),
+        )
+        for role in ("local", "northbound")
+        for name, value in [("zero", 0), ("unbounded", 1e12), ("text", "30")]
+    ],
     (
         "component-missing",
         patched({"component": DELETE}),
@@ -730,6 +811,12 @@ def test_error_text_lists_every_path() -> None:
     assert "2 configuration errors in plant.json" in text
     assert "$.messaging.local.port: must be an integer" in text
     assert "$.tags.site: is a hierarchy level" in text
+
+
+@pytest.mark.parametrize("host", ["::1", "fe80::1", "broker.example", "10.0.0.7", "embedded"])
+def test_a_host_name_or_address_is_valid(host: str) -> None:
+    document = patched({"messaging": {"local": {"host": host, "port": DELETE}}})
+    assert validate_document(document) == []
 
 
 def test_embedded_host_is_valid_without_port() -> None:

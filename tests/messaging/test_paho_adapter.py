@@ -22,6 +22,7 @@ from unskit.messaging.paho_adapter import (
     PAHO_PRIVATE_NAMES,
     READ_CHUNK_BYTES,
     BufferedClient,
+    awaits_acknowledgement,
     retarget,
     unacknowledged,
 )
@@ -135,6 +136,26 @@ def test_private_out_messages__holds_qos1_publishes_until_their_puback(wired):
     broker.sendall(bytes([0x40, 2, info.mid >> 8, info.mid & 0xFF]))  # its PUBACK
     assert client.loop_read() == MQTTErrorCode.MQTT_ERR_SUCCESS
     assert unacknowledged(client) == 0
+
+
+def test_awaits_acknowledgement_follows_a_publish_until_its_own_puback(wired):
+    offline = paho.Client(CallbackAPIVersion.VERSION2)
+    queued = offline.publish("t/a", b"1", 1)
+    assert queued.rc == MQTTErrorCode.MQTT_ERR_NO_CONN  # is_published() would raise for it
+    assert awaits_acknowledgement(offline, queued)
+    client, _recording, broker = wired
+    info = client.publish("t/d", b"4", 1)
+    assert awaits_acknowledgement(client, info)
+    assert broker.recv(64)[0] >> 4 == 3
+    broker.sendall(bytes([0x40, 2, info.mid >> 8, info.mid & 0xFF]))  # its PUBACK
+    assert client.loop_read() == MQTTErrorCode.MQTT_ERR_SUCCESS
+    assert not awaits_acknowledgement(client, info)
+    # Its packet id taken by a later publish is that one's, not the acknowledged one's.
+    client._last_mid = info.mid - 1
+    reused = client.publish("t/e", b"5", 1)
+    assert reused.mid == info.mid
+    assert awaits_acknowledgement(client, reused)
+    assert not awaits_acknowledgement(client, info)
 
 
 @pytest.fixture

@@ -140,6 +140,53 @@ def test_password_is_ignored_with_ca_path(password_tls_broker, make_client, pki,
     assert not client.connected()
 
 
+@pytest.mark.parametrize(
+    ("link", "fields", "warning"),
+    [
+        (
+            "northbound",
+            {"username": USERNAME, "password": Secret(PASSWORD)},
+            "messaging.northbound.credentials: username and password are not sent: they go "
+            "only to a plaintext local broker",
+        ),
+        (
+            "local",
+            {"ca": True, "username": USERNAME, "password": Secret(PASSWORD)},
+            "messaging.local.credentials: username and password are not sent with caPath (TLS)",
+        ),
+        (
+            "local",
+            {"cert": True},
+            "messaging.local.credentials: certPath and keyPath are not used without caPath "
+            "(plaintext)",
+        ),
+    ],
+    ids=["northbound-login", "local-login-with-tls", "local-cert-without-tls"],
+)
+def test_credentials_spec_1_ignores_are_logged_when_the_link_starts(
+    broker, make_client, pki, caplog, link, fields, warning
+):
+    # Issue 36: a northbound username was dropped without a word (the broker then refused
+    # "not authorised"); validation refuses it now, and a BrokerConfig built in code says so.
+    caplog.set_level(logging.WARNING, logger="unskit.messaging.mqtt")
+    creds = BrokerCredentials(
+        ca_path=str(pki.ca) if fields.get("ca") else None,
+        cert_path=str(pki.client_cert) if fields.get("cert") else None,
+        key_path=str(pki.client_key) if fields.get("cert") else None,
+        username=fields.get("username"),
+        password=fields.get("password"),
+    )
+    port = broker.tls_port if fields.get("ca") else broker.plain_port
+    configured = broker_config(port, credentials=creds)
+    if link == "northbound":
+        client = make_client(broker_config(broker.plain_port), northbound=configured)
+        wait_until(client.northbound_connected, 10, "the northbound link")
+    else:
+        make_client(configured)
+    assert [r.getMessage() for r in caplog.records if "credentials" in r.getMessage()] == [warning]
+    assert PASSWORD not in caplog.text
+
+
 def test_secret_reference_is_resolved_at_connect_time(broker, pki):
     from unskit.config.secrets import SecretRef
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,7 @@ from tests.support.servers import wait_until
 
 from unskit.config import load_config
 from unskit.config.model import BrokerConfig, MessagingConfig
-from unskit.envelope import MessageBuilder
+from unskit.envelope import Message, MessageBuilder
 from unskit.messaging import MessagingClient, QoS
 from unskit.runtime.component import Runtime
 from unskit.runtime.echo import EchoComponent
@@ -151,6 +153,100 @@ def test_publish_degraded_is_raised_and_cleared(
         recovered = clear_body["context"]["links"]["local"]
         assert recovered["connected"] is True
         assert recovered["lost"] == 0
+    finally:
+        runtime.shutdown()
+        watcher.close(1)
+
+
+class AlarmWatcher:
+    """The alarm messages a subscriber of the local broker receives, waited for in order."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self.bodies: list[tuple[float, dict[str, Any]]] = []
+
+    def add(self, topic: str, message: Message) -> None:
+        if topic.endswith(ALARM_SUFFIX):
+            with self._changed:
+                self.bodies.append((time.monotonic(), message.body))
+                self._changed.notify_all()
+
+    def wait_for(self, state: str, timeout: float) -> tuple[float, dict[str, Any]]:
+        """The first alarm message in `state` (raised, cleared), with when it arrived."""
+        with self._changed:
+            found = self._changed.wait_for(
+                lambda: next((b for b in self.bodies if b[1]["state"] == state), None), timeout
+            )
+        assert found is not None, f"no {state} {PUBLISH_DEGRADED} within {timeout} s"
+        return found
+
+
+DEGRADED_AFTER_S = 2.0
+HELD = 3
+
+
+@pytest.mark.parametrize("store_and_forward", [False, True], ids=["queued", "stored"])
+@pytest.mark.slow
+def test_a_few_publishes_held_back_longer_than_the_age_raise_the_alarm_until_drained(
+    broker: Mosquitto,
+    own_broker: Mosquitto,
+    tmp_path: Path,
+    restore_root_logging: None,
+    store_and_forward: bool,
+) -> None:
+    # Issue 36: the northbound broker away for long, a publish every now and then: far below
+    # BACKLOG_DEGRADED, yet publishing is held back. The local link stays up, so the alarm
+    # reaches a subscriber while the northbound broker is still away.
+    document = {"component": {}, **framework_sections(broker.plain_port, tmp_path)}
+    northbound: dict[str, Any] = {
+        "host": "127.0.0.1",
+        "port": own_broker.plain_port,
+        "clientId": f"nb-{uuid.uuid4().hex[:8]}",
+        "publishDegradedAfterSeconds": DEGRADED_AFTER_S,
+    }
+    if store_and_forward:
+        northbound["storeAndForward"] = {"enabled": True, "path": str(tmp_path / "outbox.db")}
+    document["messaging"]["northbound"] = northbound
+    path = tmp_path / "echo.json"
+    path.write_text(json.dumps(document))
+    root = document["topic"]["root"]
+    runtime = Runtime(load_config(path, thing="gw", default_component="echo"))
+    watcher = MessagingClient(
+        MessagingConfig(local=BrokerConfig("127.0.0.1", broker.plain_port, f"w-{uuid.uuid4()}"))
+    ).start()
+    try:
+        assert watcher.wait_connected(10)
+        alarms_seen = AlarmWatcher()
+        watcher.subscribe(f"{root}/gw/echo/evt/#", alarms_seen.add, max_concurrency=1)
+        assert watcher.wait_subscribed(10)
+        runtime.start(EchoComponent())
+        messaging = runtime.get_messaging()
+        wait_until(messaging.northbound_connected, 10, "the northbound link")
+
+        own_broker.stop()
+        wait_until(lambda: not messaging.northbound_connected(), 10, "the northbound link down")
+        data = MessageBuilder("Reading", "1.0").body({"value": 1}).build()
+        held_at = time.monotonic()
+        for _ in range(HELD):
+            messaging.publish_northbound(f"{root}/gw/echo/data/held", data, QoS.AT_LEAST_ONCE)
+
+        raised_at, raised = alarms_seen.wait_for("raised", DEGRADED_AFTER_S + 15)
+        assert raised_at - held_at >= DEGRADED_AFTER_S - 0.05  # the outbox keeps milliseconds
+        link = raised["context"]["links"]["northbound"]
+        assert link["connected"] is False
+        assert link["backlog"] == HELD  # far below BACKLOG_DEGRADED: the age raised it
+        assert link["oldestAgeSeconds"] > DEGRADED_AFTER_S
+        assert link["lost"] == 0
+        assert raised["context"]["links"]["local"]["connected"] is True
+
+        own_broker.start()
+        _, cleared = alarms_seen.wait_for("cleared", 60)
+        drained = cleared["context"]["links"]["northbound"]
+        assert drained["connected"] is True
+        assert drained["backlog"] == 0
+        assert drained["oldestAgeSeconds"] <= DEGRADED_AFTER_S / 2
+        assert cleared["raisedAt"] == raised["raisedAt"]
+        assert [body["state"] for _, body in alarms_seen.bodies] == ["raised", "cleared"]
     finally:
         runtime.shutdown()
         watcher.close(1)

@@ -9,9 +9,9 @@ a test) builds `MessagingConfig` and `BrokerConfig` directly.
 from __future__ import annotations
 
 import enum
-import logging
+import random
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ __all__ = [
     "MessagingConfig",
     "OverflowPolicy",
     "QosConfig",
+    "ReconnectConfig",
     "StoreAndForwardConfig",
     "messaging_from_section",
     "parse_endpoint",
@@ -39,6 +40,15 @@ __all__ = [
 
 #: Readiness's default patience with a failover between listed endpoints.
 DEFAULT_FAILOVER_GRACE_SECONDS = 10.0
+#: messaging.*.reconnect defaults (docs/decisions.md, "Reconnect backoff"): a broker back
+#: from a restart is found again within maxDelaySeconds.
+DEFAULT_RECONNECT_INITIAL_DELAY_SECONDS = 0.5
+DEFAULT_RECONNECT_MAX_DELAY_SECONDS = 4.0
+#: The schema's bound on both reconnect delays.
+RECONNECT_DELAY_LIMIT_SECONDS = 3600.0
+#: messaging.*.publishDegradedAfterSeconds: a publish held this long unacknowledged (or
+#: stored) raises message-publish-degraded.
+DEFAULT_PUBLISH_DEGRADED_AFTER_SECONDS = 30.0
 _SCHEMES = {"mqtt": False, "mqtts": True}
 
 
@@ -76,15 +86,42 @@ def parse_endpoint(text: str) -> BrokerEndpoint:
     return BrokerEndpoint(parts.hostname, port, tls)
 
 
-_log = logging.getLogger(__name__)
-
-
 @dataclass(frozen=True)
 class QosConfig:
     """QoS used on one broker when an operation gives none (0, 1 or 2)."""
 
     publish: int = 1
     subscribe: int = 1
+
+
+@dataclass(frozen=True)
+class ReconnectConfig:
+    """The reconnect backoff of one broker link (``messaging.*.reconnect``): attempt n waits
+    a delay drawn uniformly from [initial, min(max, initial * 2**n)] (full jitter, so a fleet
+    does not reconnect in step), and a successful connection starts over at attempt 1."""
+
+    initial_delay_seconds: float = DEFAULT_RECONNECT_INITIAL_DELAY_SECONDS
+    max_delay_seconds: float = DEFAULT_RECONNECT_MAX_DELAY_SECONDS
+
+    def __post_init__(self) -> None:
+        initial, most = self.initial_delay_seconds, self.max_delay_seconds
+        for name, value in (("initialDelaySeconds", initial), ("maxDelaySeconds", most)):
+            if not 0 < value <= RECONNECT_DELAY_LIMIT_SECONDS:  # NaN fails too
+                raise ValueError(
+                    f"reconnect.{name} must be above 0 and at most "
+                    f"{RECONNECT_DELAY_LIMIT_SECONDS:g} s"
+                )
+        if initial > most:
+            raise ValueError("reconnect.initialDelaySeconds must be at most maxDelaySeconds")
+
+    def window(self, attempt: int) -> float:
+        """The upper end of attempt `attempt`'s delay (attempts count from 1)."""
+        # The exponent is capped: 2**16 times any initial delay is past every bound.
+        return min(self.max_delay_seconds, self.initial_delay_seconds * 2.0 ** min(attempt, 16))
+
+    def delay(self, attempt: int, draw: Callable[[float, float], float] = random.uniform) -> float:
+        """The jittered wait before attempt `attempt`, within [initial, window(attempt)]."""
+        return draw(self.initial_delay_seconds, self.window(attempt))
 
 
 @dataclass(frozen=True)
@@ -148,6 +185,10 @@ class BrokerConfig:
     failover: tuple[tuple[str, int], ...] = ()
     #: With a failover list, readiness stays up this long after the link drops.
     failover_grace_seconds: float = DEFAULT_FAILOVER_GRACE_SECONDS
+    #: The jittered backoff between connection attempts.
+    reconnect: ReconnectConfig = ReconnectConfig()
+    #: message-publish-degraded rises when a publish waited this long unacknowledged.
+    publish_degraded_after_seconds: float = DEFAULT_PUBLISH_DEGRADED_AFTER_SECONDS
 
     @property
     def addresses(self) -> tuple[tuple[str, int], ...]:
@@ -204,12 +245,12 @@ def messaging_from_section(
     northbound = section.get("northbound")
     if northbound is not None:
         outbox = _store_and_forward(northbound.get("storeAndForward", {}), state_dir, durable_sync)
-        broker = _broker(northbound, "northbound", thing, token)
+        broker = _broker(northbound, thing, token)
         northbound_config = broker if outbox is None else replace(broker, store_and_forward=outbox)
     else:
         northbound_config = None
     return MessagingConfig(
-        local=_broker(section["local"], "local", thing, token),
+        local=_broker(section["local"], thing, token),
         northbound=northbound_config,
         request_timeout_seconds=float(
             section.get("requestTimeoutSeconds", DEFAULT_REQUEST_TIMEOUT_SECONDS)
@@ -218,7 +259,7 @@ def messaging_from_section(
     )
 
 
-def _broker(block: Mapping[str, Any], role: str, thing: str, token: str) -> BrokerConfig:
+def _broker(block: Mapping[str, Any], thing: str, token: str) -> BrokerConfig:
     creds = block.get("credentials", {})
     password = creds.get("password")
     username = creds.get("username")
@@ -229,17 +270,10 @@ def _broker(block: Mapping[str, Any], role: str, thing: str, token: str) -> Brok
         username=SecretRef.parse(username) or username,
         password=SecretRef.parse(password) or (None if password is None else Secret(password)),
     )
-    if credentials.ca_path is None and credentials.cert_path is not None:
-        _log.warning(
-            "messaging.%s.credentials: certPath and keyPath are ignored without caPath "
-            "(the connection stays plaintext)",
-            role,
-        )
-    if role == "local" and credentials.ca_path is not None and (username or password):
-        _log.warning(
-            "messaging.local.credentials: username and password are ignored with caPath (TLS)"
-        )
+    # Keys spec 1 ignores (certPath/keyPath without caPath, username/password with it) are
+    # logged by the transport when it connects, for a configuration built in code too.
     qos = block.get("qos", {})
+    reconnect = block.get("reconnect", {})
     tls = credentials.ca_path is not None
     # The rules refused a list that mixes schemes or disagrees with caPath.
     endpoints = [parse_endpoint(text) for text in block.get("endpoints", ())]
@@ -260,6 +294,17 @@ def _broker(block: Mapping[str, Any], role: str, thing: str, token: str) -> Brok
         qos=QosConfig(publish=qos.get("publish", 1), subscribe=qos.get("subscribe", 1)),
         credentials=credentials,
         keepalive_seconds=block.get("keepAliveSeconds", DEFAULT_KEEPALIVE_SECONDS),
+        reconnect=ReconnectConfig(
+            initial_delay_seconds=float(
+                reconnect.get("initialDelaySeconds", DEFAULT_RECONNECT_INITIAL_DELAY_SECONDS)
+            ),
+            max_delay_seconds=float(
+                reconnect.get("maxDelaySeconds", DEFAULT_RECONNECT_MAX_DELAY_SECONDS)
+            ),
+        ),
+        publish_degraded_after_seconds=float(
+            block.get("publishDegradedAfterSeconds", DEFAULT_PUBLISH_DEGRADED_AFTER_SECONDS)
+        ),
     )
 
 

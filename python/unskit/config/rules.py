@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from unskit.config._paths import json_path
-from unskit.config.messaging import parse_endpoint
+from unskit.config.messaging import DEFAULT_RECONNECT_MAX_DELAY_SECONDS, parse_endpoint
 from unskit.config.platform import Platform
 from unskit.config.secrets import FIELD_KEY, SECRET_KEY, find_secret_refs, secret_objects
 from unskit.config.values import (
@@ -215,7 +215,8 @@ def messaging_issues(
     messaging: object, platform: Platform = Platform.HOST
 ) -> Iterator[ConfigIssue]:
     """The ``messaging`` rules: a local broker on every platform, port 0 only when embedded,
-    a northbound broker that is never the embedded one."""
+    no TLS with the embedded broker, a northbound broker that is never the embedded one, a
+    reconnect backoff whose first delay is at most its longest."""
     if messaging is not None and not isinstance(messaging, Mapping):
         return
     section = messaging or {}
@@ -235,10 +236,22 @@ def messaging_issues(
             json_path(("messaging", "local", "port")),
             'must be >= 1: port 0 (any free port) is allowed only with "host": "embedded"',
         )
+    if isinstance(local, Mapping) and local.get("host") == EMBEDDED_HOST:
+        credentials = local.get("credentials")
+        if isinstance(credentials, Mapping) and "caPath" in credentials:
+            # The in-process broker listens in plaintext: a TLS handshake with it never ends.
+            yield ConfigIssue(
+                json_path(("messaging", "local", "credentials", "caPath")),
+                'cannot be used with "host": "embedded": the embedded broker listens in '
+                "plaintext on 127.0.0.1, so a TLS connection to it would never succeed",
+            )
     for role in ("local", "northbound"):
         block = section.get(role)
         if isinstance(block, Mapping) and isinstance(block.get("endpoints"), list):
             yield from _endpoint_issues(block, role)
+        if isinstance(block, Mapping):
+            yield from _host_issues(block, role)
+            yield from _reconnect_issues(block.get("reconnect"), role)
     northbound = section.get("northbound")
     if isinstance(northbound, Mapping):
         if EMBEDDED_HOST in (northbound.get("host"), northbound.get("endpoint")):
@@ -248,6 +261,45 @@ def messaging_issues(
             )
         if northbound.get("port") == 0:
             yield ConfigIssue(json_path(("messaging", "northbound", "port")), "must be >= 1")
+
+
+def _host_issues(block: Mapping[str, Any], role: str) -> Iterator[ConfigIssue]:
+    """`host` and `endpoint` name a host: a URL or a ``host:port`` there would be dialled
+    as a host name, and fail on every attempt."""
+    for key in ("host", "endpoint"):
+        value = block.get(key)
+        if not isinstance(value, str):
+            continue
+        name, colon, port = value.rpartition(":")
+        if "://" in value:
+            yield ConfigIssue(
+                json_path(("messaging", role, key)),
+                'is a host name, not a URL: give a URL in "endpoints" (a list of '
+                "mqtt://host[:port] or mqtts://host[:port])",
+            )
+        elif colon and port.isdigit() and ":" not in name:  # an IPv6 address has several
+            yield ConfigIssue(
+                json_path(("messaging", role, key)),
+                'is a host name without a port: give the port in "port"',
+            )
+
+
+def _reconnect_issues(reconnect: object, role: str) -> Iterator[ConfigIssue]:
+    """A reconnect block's first delay is at most its longest (the schema bounds each)."""
+    if not isinstance(reconnect, Mapping):
+        return
+    initial = reconnect.get("initialDelaySeconds")
+    most = reconnect.get("maxDelaySeconds", DEFAULT_RECONNECT_MAX_DELAY_SECONDS)
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (initial, most))
+    if numbers and initial > most:
+        given = "maxDelaySeconds"
+        if "maxDelaySeconds" not in reconnect:
+            given += f" (default {DEFAULT_RECONNECT_MAX_DELAY_SECONDS:g})"
+        yield ConfigIssue(
+            json_path(("messaging", role, "reconnect", "initialDelaySeconds")),
+            f"must be at most {given}: the backoff starts at the first delay and grows to "
+            "the longest",
+        )
 
 
 def _endpoint_issues(block: Mapping[str, Any], role: str) -> Iterator[ConfigIssue]:

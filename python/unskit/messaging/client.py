@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from unskit.config.messaging import DEFAULT_PUBLISH_DEGRADED_AFTER_SECONDS
 from unskit.config.model import BrokerConfig, MessagingConfig
 from unskit.config.secrets import SecretResolver
 from unskit.envelope import Message
@@ -30,7 +31,7 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PublishStatus:
-    """How one link's publishing fares: its state, unacknowledged backlog and losses."""
+    """How one link's publishing fares: its state, unacknowledged backlog, its age, losses."""
 
     connected: bool
     #: QoS 1/2 publishes not yet acknowledged by the broker (queued ones included); with
@@ -39,6 +40,10 @@ class PublishStatus:
     #: Publishes lost since start (QoS 0 dropped while down, refused when the queue is full;
     #: with store-and-forward, also what the outbox dropped, refused or expired).
     failures: int
+    #: Seconds the oldest publish of the backlog has waited (0 when there is none).
+    oldest_age_s: float = 0.0
+    #: The link's publishDegradedAfterSeconds: message-publish-degraded rises beyond it.
+    degraded_after_s: float = DEFAULT_PUBLISH_DEGRADED_AFTER_SECONDS
 
 
 class MessagingClient:
@@ -315,6 +320,12 @@ class MessagingClient:
         """The local (or northbound) link's publishing: connected, backlog, failures."""
         link = self._require_northbound() if northbound else self._local
         transport = link.transport
+        config = self._config.northbound if northbound else self._config.local
+        after = (
+            DEFAULT_PUBLISH_DEGRADED_AFTER_SECONDS
+            if config is None
+            else config.publish_degraded_after_seconds
+        )
         if link.forwarder is not None:
             # Stored entries are the unacknowledged backlog; what the bounds removed is lost.
             outbox = link.forwarder.outbox.status()
@@ -322,9 +333,15 @@ class MessagingClient:
                 transport.is_connected(),
                 outbox.entries,
                 transport.publish_failures() + outbox.lost,
+                outbox.oldest_age_s,
+                after,
             )
         return PublishStatus(
-            transport.is_connected(), transport.publish_backlog(), transport.publish_failures()
+            transport.is_connected(),
+            transport.publish_backlog(),
+            transport.publish_failures(),
+            transport.publish_oldest_age(),
+            after,
         )
 
     def outbox_status(self) -> OutboxStatus | None:

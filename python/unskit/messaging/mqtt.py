@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
-import random
 import socket
 import ssl
 import threading
@@ -15,10 +15,16 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 
+from unskit.config.messaging import ReconnectConfig
 from unskit.config.model import BrokerConfig
 from unskit.config.secrets import SecretResolver, resolve_value
 from unskit.errors import MessagingError, PublishError
-from unskit.messaging.paho_adapter import BufferedClient, retarget, unacknowledged
+from unskit.messaging.paho_adapter import (
+    BufferedClient,
+    awaits_acknowledgement,
+    retarget,
+    unacknowledged,
+)
 from unskit.messaging.requests import DeadlineTimer
 from unskit.messaging.transport import LinkCallback, MessageCallback, QoS
 
@@ -34,10 +40,14 @@ MAX_QUEUED_MESSAGES = 10_000
 # `_update_inflight`), which took half of the OPC UA adapter's CPU at 10,000 changes/s; its
 # default of 20 throttles a fast link besides.
 MAX_INFLIGHT_MESSAGES = 0
-# Reconnect backoff: full jitter over an exponentially growing window, so a fleet of
-# gateways does not reconnect in lockstep after a broker restart.
+# The retry of refused subscriptions: full jitter over an exponentially growing window.
+# (Reconnects follow the link's `reconnect` configuration, ReconnectConfig.)
 BACKOFF_BASE_SECS = 0.5
 BACKOFF_MAX_SECS = 30.0
+# QoS 1/2 publishes remembered for the age of the oldest unacknowledged one, beyond which
+# the acknowledged ones are swept out (a link nobody asks the age of must not grow).
+_SENT_SWEEP_AT = 2 * MAX_QUEUED_MESSAGES
+_RESUBSCRIBE_BACKOFF = ReconnectConfig(BACKOFF_BASE_SECS, BACKOFF_MAX_SECS)
 #: A connection that drops sooner than this was a flap, not a recovery: readiness's failover
 #: grace keeps counting from the first loss (the backoff still starts over, since a cluster
 #: node that just took a session over drops it once while it loads it).
@@ -106,6 +116,11 @@ class MqttTransport:
         self._failovers = 0
         self._connected_at: float | None = None
         self._lost_at: float | None = None
+        # QoS 1/2 publishes in order, each with when it was made: the first one paho still
+        # holds is the oldest unacknowledged. The acknowledged ones are swept from the head
+        # when the age is asked for, and from anywhere past _SENT_SWEEP_AT.
+        self._sent: collections.deque[tuple[float, paho.MQTTMessageInfo]] = collections.deque()
+        self._sent_lock = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -161,7 +176,7 @@ class MqttTransport:
         client.on_connect_fail = self._handle_connect_fail
         client.on_message = self._handle_message
         client.on_subscribe = self._handle_suback
-        client.reconnect_delay_set(BACKOFF_BASE_SECS, BACKOFF_MAX_SECS)  # type: ignore[arg-type]
+        self._reset_backoff(client)
         self._client = client
         _log.info(
             "messaging %s: connecting to %s:%d as %r%s%s",
@@ -177,6 +192,7 @@ class MqttTransport:
 
     def _configure_security(self, client: paho.Client) -> None:
         creds = self._config.credentials
+        login = creds.username is not None or creds.password is not None
         if creds.ca_path is not None:
             mutual = creds.cert_path is not None and creds.key_path is not None
             context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=creds.ca_path)
@@ -187,9 +203,18 @@ class MqttTransport:
             if mutual:
                 context.load_cert_chain(creds.cert_path, creds.key_path)  # type: ignore[arg-type]
             client.tls_set_context(context)
+            if login:
+                self._warn_unused("username and password are not sent with caPath (TLS)")
             return
-        # username/password only ever go to a plaintext local broker.
+        if creds.cert_path is not None or creds.key_path is not None:
+            self._warn_unused("certPath and keyPath are not used without caPath (plaintext)")
+        # username/password only ever go to a plaintext local broker (spec 1); validation
+        # refuses them on the northbound link, so only a BrokerConfig built in code has them.
         if self._name != "local":
+            if login:
+                self._warn_unused(
+                    "username and password are not sent: they go only to a plaintext local broker"
+                )
             return
         username = resolve_value(creds.username, self._secrets)
         password = resolve_value(creds.password, self._secrets)
@@ -197,6 +222,10 @@ class MqttTransport:
             client.username_pw_set(
                 username.reveal(), None if password is None else password.reveal()
             )
+
+    def _warn_unused(self, what: str) -> None:
+        # Spec 1 ignores these keys; the log says so, once per start, never with a value.
+        _log.warning("messaging.%s.credentials: %s", self._name, what)
 
     def publish(self, topic: str, payload: bytes, qos: QoS) -> None:
         """Sends now, or (QoS 1/2) queues for the next connection; QoS 0 is dropped when down."""
@@ -219,6 +248,7 @@ class MqttTransport:
         if rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN):
             self._refused += 1
             raise PublishError(f"messaging {self._name}: publish to {topic!r} failed: {rc}")
+        self._track(info)
 
     def publish_tracked(self, topic: str, payload: bytes, qos: QoS) -> int | None:
         """Sends (QoS 1/2: or queues) one publish and returns its packet id, which
@@ -229,6 +259,8 @@ class MqttTransport:
         if rc == MQTTErrorCode.MQTT_ERR_SUCCESS or (
             rc == MQTTErrorCode.MQTT_ERR_NO_CONN and qos != QoS.AT_MOST_ONCE
         ):
+            if qos != QoS.AT_MOST_ONCE:
+                self._track(info)
             return info.mid
         if rc == MQTTErrorCode.MQTT_ERR_NO_CONN:
             return None
@@ -303,6 +335,35 @@ class MqttTransport:
         """QoS 1/2 publishes the broker has not acknowledged yet, queued ones included."""
         client = self._client
         return 0 if client is None else unacknowledged(client)
+
+    def publish_oldest_age(self) -> float:
+        """Seconds the oldest QoS 1/2 publish not yet acknowledged has waited (0 when none)."""
+        client = self._client
+        if client is None:
+            return 0.0
+        with self._sent_lock:
+            self._sweep_locked(client)
+            sent = self._sent
+            return max(0.0, self._clock() - sent[0][0]) if sent else 0.0
+
+    def _track(self, info: paho.MQTTMessageInfo) -> None:
+        """Remembers a QoS 1/2 publish paho queued, with when it was made."""
+        client = self._client
+        with self._sent_lock:
+            self._sent.append((self._clock(), info))
+            if len(self._sent) > _SENT_SWEEP_AT and client is not None:
+                self._sweep_locked(client)
+
+    def _sweep_locked(self, client: paho.Client) -> None:
+        # Acknowledgements mostly come in order, so the acknowledged ones gather at the
+        # head; past the bound, any acknowledged one goes (a head that waits stays).
+        sent = self._sent
+        while sent and not awaits_acknowledgement(client, sent[0][1]):
+            sent.popleft()
+        if len(sent) > _SENT_SWEEP_AT:
+            kept = [entry for entry in sent if awaits_acknowledgement(client, entry[1])]
+            sent.clear()
+            sent.extend(kept)
 
     def publish_failures(self) -> int:
         """Publishes lost so far: QoS 0 ones dropped while down, and refused ones."""
@@ -382,7 +443,7 @@ class MqttTransport:
             # Only now: a caller that saw the link up publishes after the restore (the
             # reply filter among it), so its request's reply has a subscription to land on.
             self._connected = True
-        client.reconnect_delay_set(BACKOFF_BASE_SECS, BACKOFF_MAX_SECS)  # type: ignore[arg-type]
+        self._reset_backoff(client)
         _log.info(
             "messaging %s: connected (session present: %s, %d filters restored)",
             self._name,
@@ -442,13 +503,23 @@ class MqttTransport:
         self._failovers += 1
         retarget(client, *self._addresses[self._address_index])
 
+    def _reset_backoff(self, client: paho.Client) -> None:
+        """paho's own schedule, used only before our first callback: the configured bounds."""
+        backoff = self._config.reconnect
+        client.reconnect_delay_set(
+            backoff.initial_delay_seconds,  # type: ignore[arg-type]
+            backoff.max_delay_seconds,  # type: ignore[arg-type]
+        )
+
     def _next_backoff(self, client: paho.Client) -> float:
         with self._lock:
             self._attempt += 1
-            window = min(BACKOFF_MAX_SECS, BACKOFF_BASE_SECS * 2 ** min(self._attempt, 16))
-        delay = random.uniform(BACKOFF_BASE_SECS, window)
-        # paho waits its minimum delay before the next attempt; we set it per attempt.
-        client.reconnect_delay_set(delay, BACKOFF_MAX_SECS)  # type: ignore[arg-type]
+            attempt = self._attempt
+        backoff = self._config.reconnect
+        delay = backoff.delay(attempt)
+        # paho waits its minimum delay before the next attempt (its doubling starts over
+        # with each call): we set it per attempt, so paho's wait is exactly ours.
+        client.reconnect_delay_set(delay, backoff.max_delay_seconds)  # type: ignore[arg-type]
         return delay
 
     def _send_subscribe(self, client: paho.Client, filters: Sequence[tuple[str, QoS]]) -> None:
@@ -520,8 +591,7 @@ class MqttTransport:
             return None
         # The freshest refusal sets the pace, so a newly refused filter is retried soon.
         streak = min(self._retrying.values(), default=1)
-        window = min(BACKOFF_MAX_SECS, BACKOFF_BASE_SECS * 2 ** min(streak, 16))
-        delay = random.uniform(BACKOFF_BASE_SECS, window)
+        delay = _RESUBSCRIBE_BACKOFF.delay(streak)
         timer = self._timer
         if timer is None:
             if self._own_timer is None:

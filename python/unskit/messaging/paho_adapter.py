@@ -2,10 +2,11 @@
 count of unacknowledged publishes, and the address the next reconnect dials.
 
 The transport (`messaging/mqtt.py`) uses paho's public API plus this module's surface
-(`BufferedClient`, `unacknowledged`, `retarget`). Every private paho name unskit touches is in
-`PAHO_PRIVATE_NAMES` and used only here. They were checked against paho-mqtt 2.1.0 and 2.2.0,
-hence the pin `paho-mqtt>=2.1,<2.3`; tests/messaging/test_paho_adapter.py has a test per name,
-so a release that moves one fails there rather than misbehaving in the field.
+(`BufferedClient`, `unacknowledged`, `awaits_acknowledgement`, `retarget`). Every private
+paho name unskit touches is in `PAHO_PRIVATE_NAMES` and used only here. They were checked
+against paho-mqtt 2.1.0 and 2.2.0, hence the pin `paho-mqtt>=2.1,<2.3`;
+tests/messaging/test_paho_adapter.py has a test per name, so a release that moves one fails
+there rather than misbehaving in the field.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "READ_BURST_PACKETS",
     "READ_CHUNK_BYTES",
     "BufferedClient",
+    "awaits_acknowledgement",
     "retarget",
     "unacknowledged",
 ]
@@ -151,6 +153,15 @@ def unacknowledged(client: paho.Client) -> int:
     # paho keeps them in _out_messages until their acknowledgement (or while the link is
     # down); it offers no public count of them.
     return len(client._out_messages)
+
+
+def awaits_acknowledgement(client: paho.Client, info: paho.MQTTMessageInfo) -> bool:
+    """Whether the QoS 1/2 publish `publish()` returned `info` for is still unacknowledged."""
+    # paho keeps the message in _out_messages, by packet id, until its acknowledgement; a
+    # packet id reused since belongs to another message. (`info.is_published()` raises for a
+    # publish made while the link was down, though paho sends it on reconnect.)
+    message = client._out_messages.get(info.mid)
+    return message is not None and message.info is info
 
 
 def retarget(client: paho.Client, host: str, port: int) -> None:

@@ -68,6 +68,10 @@ class Transport(Protocol):
         """Publishes (QoS 1/2) sent or queued but not yet acknowledged by the broker."""
         ...
 
+    def publish_oldest_age(self) -> float:
+        """Seconds the oldest publish of `publish_backlog` has waited (0 when none)."""
+        ...
+
     @property
     def endpoint(self) -> str:
         """The broker connected to, or tried next, as ``host:port``."""

@@ -3,10 +3,13 @@ holds more unacknowledged ones than a healthy link does, cleared once publishing
 
 Every `CHECK_INTERVAL_S` the watch reads each link's `PublishStatus`. A link is degraded
 when more than `BACKLOG_DEGRADED` QoS 1/2 publishes wait for the broker's acknowledgement
-(queued while the link is down, or stuck behind a stalled broker), or when it lost a publish
-since the previous check (QoS 0 while down, or refused by a full queue). The alarm clears
-at the first check that finds every link up, at most `BACKLOG_RECOVERED` unacknowledged and
-nothing lost: an outage keeps it raised, however quiet.
+(queued while the link is down, or stuck behind a stalled broker), when the oldest of them
+(or, with store-and-forward, the oldest stored entry) has waited longer than the link's
+``publishDegradedAfterSeconds`` (default 30 s: a few publishes held back for long), or when
+it lost a publish since the previous check (QoS 0 while down, or refused by a full queue).
+The alarm clears at the first check that finds every link drained: up, at most
+`BACKLOG_RECOVERED` unacknowledged, none of them older than half that age, and nothing
+lost. An outage keeps it raised, however quiet.
 
 A component may also report its own messages (`report`): the camera adapter reports a
 terminal capture message that could not be published, and its next one that was. A reported
@@ -35,6 +38,7 @@ __all__ = [
     "BACKLOG_RECOVERED",
     "CHECK_INTERVAL_S",
     "PUBLISH_DEGRADED",
+    "RECOVERED_AGE_FRACTION",
     "PublishWatch",
 ]
 
@@ -47,6 +51,9 @@ BACKLOG_DEGRADED = 5_000
 #: The in-flight window: at or below it nothing waits behind the broker.
 BACKLOG_RECOVERED = 1_000
 CHECK_INTERVAL_S = 1.0
+#: The clear waits until the oldest unacknowledged publish is younger than this share of
+#: the link's publishDegradedAfterSeconds.
+RECOVERED_AGE_FRACTION = 0.5
 
 
 class PublishWatch(PeriodicWatch):
@@ -100,10 +107,25 @@ class PublishWatch(PeriodicWatch):
             status = self._status(name)
             lost = status.failures - self._failures[name]
             self._failures[name] = status.failures
-            report[name] = {"connected": status.connected, "backlog": status.backlog, "lost": lost}
-            degraded = degraded or status.backlog > BACKLOG_DEGRADED or lost > 0
+            age = status.oldest_age_s
+            report[name] = {
+                "connected": status.connected,
+                "backlog": status.backlog,
+                "oldestAgeSeconds": round(age, 1),
+                "lost": lost,
+            }
+            degraded = (
+                degraded
+                or status.backlog > BACKLOG_DEGRADED
+                or age > status.degraded_after_s
+                or lost > 0
+            )
+            # Half the age: a link whose oldest publish hovers near it must not flap.
             recovered = recovered and (
-                status.connected and status.backlog <= BACKLOG_RECOVERED and lost == 0
+                status.connected
+                and status.backlog <= BACKLOG_RECOVERED
+                and age <= status.degraded_after_s * RECOVERED_AGE_FRACTION
+                and lost == 0
             )
         degraded = degraded or bool(self._sources)
         recovered = recovered and not self._sources
