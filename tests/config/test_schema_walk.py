@@ -197,7 +197,8 @@ def _closed(node: Mapping[str, Any]) -> bool:
 @pytest.mark.parametrize(("file", "pointer"), [(f, p) for f, p, _ in _objects()])
 def test_every_object_is_closed_unless_documented_open(file: str, pointer: str) -> None:
     node = next(n for f, p, n in _objects() if (f, p) == (file, pointer))
-    assert _closed(node) or (file, pointer) in DOCUMENTED_OPEN, (
+    # A $ref beside `properties` (northbound credentials) is closed by the object it names.
+    assert _closed(_resolve(node, SCHEMAS[file])) or (file, pointer) in DOCUMENTED_OPEN, (
         f"{file}{pointer} accepts unknown keys"
     )
 
