@@ -7,6 +7,8 @@ import copy
 import itertools
 import random
 import types
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -418,3 +420,135 @@ def test_metrics_interval_follows_the_component(start_adapter) -> None:
     reporter = adapter.runtime._reporter
     assert reporter is not None
     assert reporter.interval == 7.0
+
+
+def readyz(adapter: Adapter) -> int:
+    """The status /readyz answers on the component's probe port."""
+    assert adapter.runtime.health is not None
+    url = f"http://127.0.0.1:{adapter.runtime.health.port}/readyz"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+PROBES = {"health": {"enabled": True, "port": 0}}
+
+
+def test_a_failed_instance_thread_restarts_with_backoff_an_alarm_and_a_count(
+    start_adapter,
+) -> None:
+    adapter = start_adapter(
+        [instance("press-1", real_signal("speed", publishMode="always"), adapter="test")],
+        **PROBES,
+    )
+    switch = SwitchedDriver.switch
+    alarm_topic = adapter.runtime.topics.topic(
+        "evt", "error", "device-unreachable", instance="press-1"
+    )
+    wait_until(lambda: adapter.client.call("status", instance="press-1")["connected"], 10, "up")
+    wait_until(lambda: readyz(adapter) == 200, 10, "ready")
+    connects = switch.connects
+    switch.explode.set()
+    wait_until(lambda: len(adapter.seen.on(alarm_topic)) == 1, 10, "the alarm")
+    raised = adapter.seen.on(alarm_topic)[0].body
+    assert raised["state"] == "raised"
+    assert "RuntimeError: driver bug (test explode)" in raised["context"]["error"]
+    wait_until(lambda: readyz(adapter) == 503, 10, "not ready: its only instance failed")
+    # Restarted, again and again, each time after the instance's reconnect backoff.
+    wait_until(lambda: switch.connects >= connects + 3, 10, "restarts")
+    times = switch.connect_times[connects:]
+    assert min(b - a for a, b in itertools.pairwise(times)) >= 0.019  # reconnectBackoffMinMs
+    status = adapter.client.call("status", instance="press-1")
+    assert status["state"] != "stopped"
+    assert status["counters"]["threadFailures"] >= 2
+    switch.explode.clear()
+    before = len(updates(adapter, "press-1", "speed"))
+    wait_until(lambda: len(updates(adapter, "press-1", "speed")) > before + 2, 10, "publishing")
+    wait_until(lambda: readyz(adapter) == 200, 10, "ready again")
+    wait_until(lambda: len(adapter.seen.on(alarm_topic)) == 2, 10, "the clear")
+    assert adapter.seen.on(alarm_topic)[1].body["state"] == "cleared"
+    assert adapter.client.call("status", instance="press-1")["state"] == "connected"
+
+
+@pytest.mark.parametrize(
+    ("instances", "pause", "ready"),
+    [
+        (["test"], False, 503),
+        (["test", "sim"], False, 200),
+        (["test", "test"], False, 503),
+        (["test"], True, 200),
+    ],
+    ids=["the-only-instance-failed", "one-of-two-failed", "both-failed", "paused-not-failed"],
+)
+def test_the_component_is_not_ready_only_while_every_instance_failed(
+    start_adapter, instances: list[str], pause: bool, ready: int
+) -> None:
+    adapter = start_adapter(
+        [
+            instance(f"press-{n}", real_signal("speed"), adapter=kind)
+            for n, kind in enumerate(instances, 1)
+        ],
+        **PROBES,
+    )
+    ids = [f"press-{n}" for n in range(1, len(instances) + 1)]
+    for instance_id in ids:
+        wait_until(
+            lambda i=instance_id: adapter.client.call("status", instance=i)["connected"], 10, "up"
+        )
+    if pause:
+        for instance_id in ids:
+            adapter.client.call("pause", instance=instance_id)
+    SwitchedDriver.switch.explode.set()
+    failing = [i for i, kind in zip(ids, instances, strict=True) if kind == "test" and not pause]
+
+    def failures(instance_id: str) -> float:
+        return adapter.client.call("status", instance=instance_id)["counters"]["threadFailures"]
+
+    reads = SwitchedDriver.switch.reads
+    wait_until(lambda: all(failures(i) >= 1 for i in failing), 10, "the failures")
+    if pause:  # a paused instance does not read, so nothing fails: probes prove it is alive
+        probes = SwitchedDriver.switch.probes
+        wait_until(lambda: SwitchedDriver.switch.probes > probes + 2, 10, "probes")
+        assert SwitchedDriver.switch.reads == reads
+    wait_until(lambda: readyz(adapter) == ready, 10, f"/readyz {ready}")
+
+
+def test_a_value_the_envelope_cannot_carry_goes_out_bad_and_the_rest_goes_on(
+    start_adapter,
+) -> None:
+    big = {"id": "Program:Main.big", "name": "big", "type": "ULINT", "publishMode": "always"}
+    switch = SwitchedDriver.switch
+    switch.values[big["id"]] = 2**64  # beyond every 64-bit integer, from the first read on
+    adapter = start_adapter(
+        [instance("press-1", real_signal("speed", publishMode="always"), big, adapter="test")]
+    )
+    wait_until(lambda: len(updates(adapter, "press-1", "big")) >= 2, 10, "updates of big")
+    (sample,) = updates(adapter, "press-1", "big")[-1].body["samples"]
+    assert sample["quality"] == "BAD"
+    assert sample["value"] is None
+    assert sample["status"].startswith("not encodable: value is an integer outside the 64-bit")
+    assert sample["source_timestamp_ms"] > 0
+    before = len(updates(adapter, "press-1", "speed"))
+    wait_until(lambda: len(updates(adapter, "press-1", "speed")) > before + 2, 10, "speed")
+    status = adapter.client.call("status", instance="press-1")
+    assert status["state"] == "connected"
+    assert status["counters"]["threadFailures"] == 0
+    assert status["counters"]["encodeErrors"] >= 2
+    # The unsigned 64-bit range is carried exactly.
+    switch.values[big["id"]] = 2**64 - 1
+
+    def good() -> list:
+        return [
+            s
+            for m in updates(adapter, "press-1", "big")
+            for s in m.body["samples"]
+            if s["quality"] == "GOOD"
+        ]
+
+    assert good() == []
+    wait_until(lambda: len(good()) >= 1, 10, "a GOOD sample of big")
+    assert good()[0]["value"] == 2**64 - 1
+    assert type(good()[0]["value"]) is int
+    assert "status" not in good()[0]

@@ -114,9 +114,23 @@ class SouthboundService:
             clear_alarm=self._clear_alarm,
             counter=counter,
             gauge=lambda instance, name: metrics.gauge(HEALTH_FAMILY, name, {"instance": instance}),
+            thread_failed=runtime.supervisor.failed,
         )
+        # A component whose instances have all failed is not ready (/readyz).
+        runtime.supervisor.add_check("instances", self._dead_instances)
 
     # -- instances --------------------------------------------------------------------------
+
+    def _dead_instances(self) -> str | None:
+        """Why every instance is down by a failure of its own, or None while one is alive
+        (instances failed by their configuration, which never run, do not count)."""
+        with self._lock:
+            runners = [r.runner for r in self._running.values()]
+        runners = [r for r in runners if r.state is not InstanceState.FAILED]
+        reasons = [(runner.spec.id, runner.dead) for runner in runners]
+        if not reasons or any(reason is None for _, reason in reasons):
+            return None
+        return "every instance failed: " + "; ".join(f"{i} {reason}" for i, reason in reasons)
 
     def instance_ids(self) -> tuple[str, ...]:
         with self._lock:
