@@ -129,7 +129,7 @@ class InstanceRunner:
         self._answered = False
         #: The inbox of the current connection of a push source (None when polled).
         self._inbox: PushInbox | None = None
-        #: Why the thread last failed, until it runs a whole cycle again (see `dead`).
+        #: Why the thread last failed, until a connection proves itself again (see `dead`).
         self._thread_failure: str | None = None
         #: Signals whose last update could not be encoded (logged once until one encodes).
         self._unencodable: set[str] = set()
@@ -196,9 +196,10 @@ class InstanceRunner:
 
     @property
     def dead(self) -> str | None:
-        """Why the instance is down by a failure of its own: its thread failed and has not
-        run a whole cycle since, or ended without being stopped. None otherwise (running,
-        reconnecting, paused, stopped, or failed by its configuration)."""
+        """Why the instance is down by a failure of its own: its thread failed and no
+        connection has proved itself since (the rule that clears the unreachable alarm), or
+        it ended without being stopped. None otherwise (running, reconnecting after a lost
+        device, paused, stopped, or failed by its configuration)."""
         if self._thread_failure is not None:
             return self._thread_failure
         thread = self._thread
@@ -371,8 +372,6 @@ class InstanceRunner:
                         next_due[group_id] = max(due + interval, now)
             self._publish(time.monotonic(), flush=False)
             self._set_gauges()
-            # A whole cycle ran: a thread failure before it is over.
-            self._thread_failure = None
             self._wake.wait(self._sleep_for(next_due, next_probe))
             self._wake.clear()
 
@@ -416,7 +415,6 @@ class InstanceRunner:
             self._settle(answered=False)
             self._publish(time.monotonic(), flush=False)
             self._set_gauges()
-            self._thread_failure = None
             wakes = [
                 w
                 for w in (next_maintain, self._table.next_window(), self._proof_due())
@@ -520,6 +518,8 @@ class InstanceRunner:
             return
         self._proven = True
         self._attempt = 0
+        # Recovered as from any outage: a thread failure before it is over.
+        self._thread_failure = None
         self._context.clear_alarm(DEVICE_UNREACHABLE, self.spec.id)
 
     def _proof_due(self) -> float | None:
