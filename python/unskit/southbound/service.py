@@ -97,6 +97,9 @@ class SouthboundService:
         self._drivers = dict(drivers)
         self._lock = threading.RLock()
         self._running: dict[str, _Running] = {}
+        #: The runners as last changed, read by readiness probes without the lock (a reload
+        #: holds it while instances stop, and a probe must not wait for that).
+        self._runners: tuple[InstanceRunner, ...] = ()
         self._shared = ""
         metrics = runtime.metrics
 
@@ -124,9 +127,7 @@ class SouthboundService:
     def _dead_instances(self) -> str | None:
         """Why every instance is down by a failure of its own, or None while one is alive
         (instances failed by their configuration, which never run, do not count)."""
-        with self._lock:
-            runners = [r.runner for r in self._running.values()]
-        runners = [r for r in runners if r.state is not InstanceState.FAILED]
+        runners = [r for r in self._runners if r.state is not InstanceState.FAILED]
         reasons = [(runner.spec.id, runner.dead) for runner in runners]
         if not reasons or any(reason is None for _, reason in reasons):
             return None
@@ -221,10 +222,12 @@ class SouthboundService:
     def _start(self, spec: InstanceSpec, driver: DeviceDriver) -> None:
         runner = InstanceRunner(spec, driver, self._context)
         self._running[spec.id] = _Running(spec, runner, _fingerprint(spec.entry))
+        self._runners = tuple(r.runner for r in self._running.values())
         runner.start()
 
     def _stop(self, instance_id: str, *, removed: bool) -> None:
         running = self._running.pop(instance_id)
+        self._runners = tuple(r.runner for r in self._running.values())
         running.runner.stop()
         if removed:
             self._runtime.metrics.remove({"instance": instance_id})
