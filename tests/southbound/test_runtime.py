@@ -7,14 +7,12 @@ import copy
 import itertools
 import random
 import types
-import urllib.error
-import urllib.request
 
 import pytest
 
 from tests.southbound.conftest import Adapter, instance, real_signal
 from tests.southbound.sim_component import SimComponent, SwitchedDriver
-from tests.support.servers import wait_until
+from tests.support.servers import readyz, wait_until
 from unskit.errors import CommandError, ConfigError
 from unskit.southbound.sim import sim_value
 
@@ -422,15 +420,10 @@ def test_metrics_interval_follows_the_component(start_adapter) -> None:
     assert reporter.interval == 7.0
 
 
-def readyz(adapter: Adapter) -> int:
+def ready(adapter: Adapter) -> int | None:
     """The status /readyz answers on the component's probe port."""
     assert adapter.runtime.health is not None
-    url = f"http://127.0.0.1:{adapter.runtime.health.port}/readyz"
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as error:
-        return int(error.code)
+    return readyz(adapter.runtime.health.port)
 
 
 PROBES = {"health": {"enabled": True, "port": 0}}
@@ -448,14 +441,14 @@ def test_a_failed_instance_thread_restarts_with_backoff_an_alarm_and_a_count(
         "evt", "error", "device-unreachable", instance="press-1"
     )
     wait_until(lambda: adapter.client.call("status", instance="press-1")["connected"], 10, "up")
-    wait_until(lambda: readyz(adapter) == 200, 10, "ready")
+    wait_until(lambda: ready(adapter) == 200, 10, "ready")
     connects = switch.connects
     switch.explode.set()
     wait_until(lambda: len(adapter.seen.on(alarm_topic)) == 1, 10, "the alarm")
     raised = adapter.seen.on(alarm_topic)[0].body
     assert raised["state"] == "raised"
     assert "RuntimeError: driver bug (test explode)" in raised["context"]["error"]
-    wait_until(lambda: readyz(adapter) == 503, 10, "not ready: its only instance failed")
+    wait_until(lambda: ready(adapter) == 503, 10, "not ready: its only instance failed")
     # Restarted, again and again, each time after the instance's reconnect backoff.
     wait_until(lambda: switch.connects >= connects + 3, 10, "restarts")
     times = switch.connect_times[connects:]
@@ -466,14 +459,14 @@ def test_a_failed_instance_thread_restarts_with_backoff_an_alarm_and_a_count(
     switch.explode.clear()
     before = len(updates(adapter, "press-1", "speed"))
     wait_until(lambda: len(updates(adapter, "press-1", "speed")) > before + 2, 10, "publishing")
-    wait_until(lambda: readyz(adapter) == 200, 10, "ready again")
+    wait_until(lambda: ready(adapter) == 200, 10, "ready again")
     wait_until(lambda: len(adapter.seen.on(alarm_topic)) == 2, 10, "the clear")
     assert adapter.seen.on(alarm_topic)[1].body["state"] == "cleared"
     assert adapter.client.call("status", instance="press-1")["state"] == "connected"
 
 
 @pytest.mark.parametrize(
-    ("instances", "pause", "ready"),
+    ("instances", "pause", "expected"),
     [
         (["test"], False, 503),
         (["test", "sim"], False, 200),
@@ -483,7 +476,7 @@ def test_a_failed_instance_thread_restarts_with_backoff_an_alarm_and_a_count(
     ids=["the-only-instance-failed", "one-of-two-failed", "both-failed", "paused-not-failed"],
 )
 def test_the_component_is_not_ready_only_while_every_instance_failed(
-    start_adapter, instances: list[str], pause: bool, ready: int
+    start_adapter, instances: list[str], pause: bool, expected: int
 ) -> None:
     adapter = start_adapter(
         [
@@ -512,7 +505,7 @@ def test_the_component_is_not_ready_only_while_every_instance_failed(
         probes = SwitchedDriver.switch.probes
         wait_until(lambda: SwitchedDriver.switch.probes > probes + 2, 10, "probes")
         assert SwitchedDriver.switch.reads == reads
-    wait_until(lambda: readyz(adapter) == ready, 10, f"/readyz {ready}")
+    wait_until(lambda: ready(adapter) == expected, 10, f"/readyz {expected}")
 
 
 def test_a_value_the_envelope_cannot_carry_goes_out_bad_and_the_rest_goes_on(
