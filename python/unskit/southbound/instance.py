@@ -305,12 +305,14 @@ class InstanceRunner:
         finally:
             try:
                 self._publish(time.monotonic(), flush=True)
+            except Exception:
+                _log.exception("instance %s: the last updates could not be built", self.spec.id)
             finally:
                 self._outbox.put(None)
                 self._publisher.join(_STOP_TIMEOUT_S)
                 self._fail_jobs(CommandError(ErrorCode.DEVICE_UNAVAILABLE, "the instance stopped"))
                 self._detach_inbox()
-                self.driver.close()
+                self._close_driver()
                 self._state = InstanceState.STOPPED
                 self._set_gauges()
                 if self._stop.is_set():
@@ -332,6 +334,7 @@ class InstanceRunner:
         except Exception:
             # The handling itself failed: still no spin, still a restart.
             _log.exception("instance %s: handling a thread failure failed", self.spec.id)
+            self._state = InstanceState.BACKOFF
             self._retry_at = time.monotonic() + self.spec.timing.reconnect_backoff_min_ms / 1000
 
     def _close_driver(self) -> None:
