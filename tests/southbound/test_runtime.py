@@ -529,6 +529,16 @@ def test_a_value_the_envelope_cannot_carry_goes_out_bad_and_the_rest_goes_on(
     assert status["state"] == "connected"
     assert status["counters"]["threadFailures"] == 0
     assert status["counters"]["encodeErrors"] >= 2
+    # The verbs show it the same way, and answer for the other signals.
+    views = {v["name"]: v for v in adapter.client.call("signals", instance="press-1")["items"]}
+    assert (views["big"]["value"], views["big"]["quality"]) == (None, "BAD")
+    assert views["big"]["status"].startswith("not encodable: value is an integer outside")
+    assert views["speed"]["quality"] == "GOOD"
+    read = adapter.client.call("read", {"signals": [big["id"], "Program:Main.speed"]}, "press-1")
+    by_id = {r["id"]: r for r in read["readings"]}
+    assert (by_id[big["id"]]["value"], by_id[big["id"]]["quality"]) == (None, "BAD")
+    assert by_id[big["id"]]["detail"].startswith("not encodable: value is an integer outside")
+    assert by_id["Program:Main.speed"]["quality"] == "GOOD"
     # The unsigned 64-bit range is carried exactly.
     switch.values[big["id"]] = 2**64 - 1
 

@@ -32,7 +32,7 @@ from unskit.southbound.driver import (
     SignalSpec,
 )
 from unskit.southbound.push import PushInbox
-from unskit.southbound.signals import SignalTable, bounded_status
+from unskit.southbound.signals import SignalTable, bounded_status, not_encodable
 from unskit.topics import TopicScope
 
 __all__ = ["DEVICE_UNREACHABLE", "InstanceContext", "InstanceRunner", "InstanceState"]
@@ -264,6 +264,8 @@ class InstanceRunner:
         views = []
         for state in self._table.by_id.values():
             spec = state.spec
+            value, quality, status = state.last_value, state.last_quality, state.last_detail
+            unfit = not_encodable(value)
             views.append(
                 {
                     "id": spec.id,
@@ -275,10 +277,11 @@ class InstanceRunner:
                     "publishMode": spec.publish_mode.value,
                     "deadband": {"type": spec.deadband.type, "value": spec.deadband.value},
                     "batchMs": spec.batch_ms,
-                    "value": state.last_value,
-                    "quality": None if state.last_quality is None else state.last_quality.value,
+                    # One value the envelope cannot carry must not fail the whole reply.
+                    "value": None if unfit else value,
+                    "quality": "BAD" if unfit else (None if quality is None else quality.value),
                     "serverTimestampMs": state.last_server_ms or None,
-                    "status": state.last_detail or None,
+                    "status": unfit or status or None,
                     "stale": (not self._paused) and id(state) in stale,
                     "writable": spec.id in self.spec.writes_allow,
                 }
@@ -633,21 +636,21 @@ class InstanceRunner:
             self._build_update(spec, [sample])
         except (EnvelopeError, TypeError, ValueError) as error:
             self._context.counter(self.spec.id, "encodeErrors", None).inc()
-            why = str(error).removeprefix("invalid envelope: ").replace("samples[0].", "", 1)
+            status = not_encodable(sample.get("value")) or bounded_status(f"not encodable: {error}")
             if spec.id not in self._unencodable:
                 self._unencodable.add(spec.id)
                 _log.warning(
-                    "instance %s: a value of %s cannot be encoded, published BAD: %s",
+                    "instance %s: a sample of %s cannot be encoded, published BAD: %s",
                     self.spec.id,
                     spec.id,
-                    why,
+                    status,
                 )
             return {
                 "value": None,
                 "quality": "BAD",
                 "source_timestamp_ms": sample.get("source_timestamp_ms", 0),
                 "server_timestamp_ms": sample.get("server_timestamp_ms", 0),
-                "status": bounded_status(f"not encodable: {why}"),
+                "status": status,
             }
         return sample
 

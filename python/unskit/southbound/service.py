@@ -38,10 +38,11 @@ from unskit.southbound.driver import (
     InstanceSpec,
     PollGroupSpec,
     PushDriver,
+    Reading,
     SignalSpec,
 )
 from unskit.southbound.instance import InstanceContext, InstanceRunner, InstanceState
-from unskit.southbound.signals import scale_value
+from unskit.southbound.signals import not_encodable, scale_value
 
 __all__ = [
     "HEALTH_FAMILY",
@@ -331,16 +332,7 @@ class SouthboundService:
         readings = self.on_device(runner, lambda: runner.driver.read(group))
         return {
             "instance": context.instance,
-            "readings": [
-                {
-                    "id": reading.signal_id,
-                    "value": scale_value(by_id[reading.signal_id], reading.value),
-                    "quality": reading.quality.value,
-                    "sourceTimestampMs": reading.source_timestamp_ms or None,
-                    **({"detail": reading.detail} if reading.detail else {}),
-                }
-                for reading in readings
-            ],
+            "readings": [_reading_view(by_id[reading.signal_id], reading) for reading in readings],
         }
 
     def _write(self, context: CommandContext) -> Mapping[str, Any]:
@@ -425,6 +417,21 @@ class SouthboundService:
         assert context.instance is not None
         changed = self.runner(context.instance).resume()
         return {"instance": context.instance, "paused": False, "changed": changed}
+
+
+def _reading_view(signal: SignalSpec, reading: Reading) -> dict[str, Any]:
+    """One sb/read reading; a value the envelope cannot carry reads BAD with a detail saying
+    why, so it never fails the reply of the others."""
+    value = scale_value(signal, reading.value)
+    unfit = not_encodable(value)
+    detail = unfit or reading.detail
+    return {
+        "id": reading.signal_id,
+        "value": None if unfit else value,
+        "quality": "BAD" if unfit else reading.quality.value,
+        "sourceTimestampMs": reading.source_timestamp_ms or None,
+        **({"detail": detail} if detail else {}),
+    }
 
 
 def _write_request(body: Mapping[str, Any]) -> dict[str, Any]:
