@@ -79,7 +79,8 @@ class MessageBuilder:
 
     def body(self, payload: Any) -> MessageBuilder:
         """Sets the body: JSON text is parsed (other text stays a string), dicts and lists
-        become structured values, bytes-like objects an opaque body of at most 64 KiB."""
+        become structured values, bytes-like objects an opaque body of at most 64 KiB.
+        Integers from -2**63 to 2**64-1 are carried exactly; others raise EnvelopeError."""
         self._body = Body.from_payload(payload)
         return self
 

@@ -17,7 +17,10 @@ from tests.support.servers import wait_until
 from unskit._core import cip as _cip
 from unskit.cip.frames import RealTimeFormat, build, parse
 from unskit.cip.plan import AssemblyField
+from unskit.cip.push import IoHub
 from unskit.errors import CipError
+from unskit.runtime.metrics import MetricsRegistry
+from unskit.runtime.supervision import RUNTIME_FAMILY, THREAD_FAILURES, Supervisor
 
 pytestmark = pytest.mark.integration
 
@@ -457,3 +460,33 @@ def test_the_io_thread_asks_for_a_short_scheduler_slice() -> None:
         assert int(slices[0].split(":")[1]) == 100_000
     finally:
         engine.shutdown()
+
+
+def test_a_failed_route_restarts_the_sockets_routing_thread(target: socket.socket) -> None:
+    """A push instance's handler that raises ended the hub's one routing thread, and every
+    push instance on that socket went quiet; now the failure is counted and routing goes on."""
+    metrics = MetricsRegistry()
+    supervisor = Supervisor(metrics, restart_min_s=0.01, restart_max_s=0.02)
+    hub = IoHub("127.0.0.1", 0, "0.0.0.0", supervisor)
+    try:
+        key = hub.new_key()
+        open_connection(hub.engine, target, key)
+        received: list[list[tuple[str, Any, int]]] = []
+
+        def on_samples(samples: list[tuple[str, Any, int]]) -> None:
+            received.append(samples)
+            if len(received) == 1:
+                raise RuntimeError("handler bug (test)")
+
+        hub.attach(key, on_samples, lambda: None)
+        target.sendto(t2o(1, assembly(5, 1.5, 7, True)), ("127.0.0.1", hub.port))
+        wait_until(lambda: len(received) == 1, 5, "the first batch")
+        failures = metrics.counter(
+            RUNTIME_FAMILY, THREAD_FAILURES, {"thread": f"cip-io-route-{hub.port}"}
+        )
+        wait_until(lambda: failures.total == 1, 5, "the failure counted")
+        target.sendto(t2o(2, assembly(5, 2.5, 7, True)), ("127.0.0.1", hub.port))
+        wait_until(lambda: len(received) == 2, 5, "routing after the restart")
+        assert [(sid, value) for sid, value, _ in received[1]] == [("a100/4/REAL", 5.0)]
+    finally:
+        hub.close()

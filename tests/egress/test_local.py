@@ -4,6 +4,7 @@ verification, changed sources, a destination that is down, retries and resume.""
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from pathlib import Path, PurePosixPath
 
@@ -16,6 +17,7 @@ from unskit.egress.backends.local import temp_path
 from unskit.egress.config import RetryPolicy
 from unskit.egress.state import DeliveryState
 from unskit.errors import UnsafePathError
+from unskit.runtime.supervision import RUNTIME_FAMILY, THREAD_FAILURES
 
 
 def local(path: Path, **settings) -> dict:
@@ -322,3 +324,27 @@ def test_progress_events_and_metrics(harness: Harness, tmp_path):
     retries = len(events.of("delivery-retry"))
     assert total("retries", destination="down") == retries
     assert total("failures", destination="down") == retries
+
+
+@pytest.mark.slow
+def test_a_worker_that_fails_outside_a_transfer_is_restarted(harness: Harness, tmp_path):
+    """The state database locked by another process past its busy timeout (5 s) fails the
+    worker's own writes: that ended the worker thread, and the file was never delivered."""
+    data = write_file(harness.source / "big.bin", 4 * MIB)
+    out = tmp_path / "out"
+    temp = temp_path(out / "big.bin")
+    _, events = harness.start([local(out, bandwidthBytesPerSec=2 * MIB)])
+    wait_until(lambda: temp.exists(), 20, "the transfer under way")
+    slots = [
+        harness.metrics.counter(RUNTIME_FAMILY, THREAD_FAILURES, {"thread": thread})
+        for thread in ("egress-line-1-local-1-0", "egress-line-1-local-1-1")
+    ]
+    holder = sqlite3.connect(harness.states[0].path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # another writer holds the database
+        wait_until(lambda: sum(c.total for c in slots) >= 1, 30, "a worker's failure counted")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    wait_until(lambda: events.of("file-completed"), 60, "completion by the restarted worker")
+    assert (out / "big.bin").read_bytes() == data

@@ -18,6 +18,8 @@ JSON_BODY = {
     "operator": None,
     "batch": {"id": "B-1001", "qty": 250},
     "serial": "SN-00042",
+    # An OPC UA UInt64 above Int64's range: the uint_value kind.
+    "counter": 2**64 - 1,
     "raw": b"\x00\x01\xfe\xff",
 }
 

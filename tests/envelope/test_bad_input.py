@@ -122,6 +122,7 @@ def test_a_cycle_is_refused_not_a_crash():
         ({"a": [1, {1, 2}]}, TypeError, r"body.a\[1\] has type set"),
         ({1: "x"}, TypeError, "body has a key of type int"),
         ({"a": {"b": 2**64}}, EnvelopeError, "body.a.b is an integer outside the 64-bit range"),
+        ([-(2**63) - 1], EnvelopeError, r"body\[0\] is an integer outside the 64-bit range"),
         (1 + 2j, TypeError, "body has type complex"),
     ],
 )

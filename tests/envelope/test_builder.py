@@ -97,7 +97,10 @@ def test_identity_refuses_mismatched_levels():
         ("not json at all", "not json at all"),
         ("{broken", "{broken"),
         ("", ""),
-        ("18446744073709551615", 18446744073709551615.0),
+        # Up to 2**64-1 an integer stays exact (uint_value); beyond it, a double.
+        ("18446744073709551615", 18446744073709551615),
+        ("-9223372036854775809", -9223372036854775809.0),
+        ("18446744073709551616", 18446744073709551616.0),
     ],
 )
 def test_string_payload_is_parsed_as_json_when_it_parses(payload, body):
@@ -116,6 +119,9 @@ def test_string_payload_is_parsed_as_json_when_it_parses(payload, body):
         0,
         -(2**63),
         2**63 - 1,
+        2**63,
+        2**64 - 1,
+        [-(2**63), 2**63, 2**64 - 1, {"u": 2**64 - 1}],
         1e308,
         True,
         None,

@@ -20,7 +20,7 @@ non_empty = st.text(min_size=1, max_size=20)
 scalars = (
     st.none()
     | st.booleans()
-    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
     | st.floats(allow_nan=False)
     | text
     | st.binary(max_size=32)

@@ -179,3 +179,49 @@ def test_protoc_refuses_what_we_refuse():
     assert result.returncode != 0
     with pytest.raises(ValueError, match="malformed envelope"):
         Message.from_bytes(garbage)
+
+
+#: Integers at the edges of the two integer kinds: int_value (sint64) up to 2^63-1,
+#: uint_value (uint64) from 2^63 to 2^64-1.
+EDGE_INTEGERS = [-(2**63), -1, 0, 2**63 - 1, 2**63, 2**64 - 1]
+
+
+@pytest.mark.parametrize("number", EDGE_INTEGERS)
+@pytest.mark.integration
+def test_every_64_bit_integer_is_exact_through_protobuf_both_ways(pb, number):
+    ours = _update([{"value": number, "quality": "GOOD"}])
+    parsed = pb.Envelope.FromString(ours.to_bytes())
+    value = parsed.southbound_signal_update.samples[0].value
+    kind = "uint_value" if number > 2**63 - 1 else "int_value"
+    assert value.WhichOneof("kind") == kind
+    assert getattr(value, kind) == number
+    # Theirs back to ours: the same integer, and the same bytes.
+    written = parsed.SerializeToString(deterministic=True)
+    assert written == ours.to_bytes()
+    assert Message.from_bytes(written).body["samples"][0]["value"] == number
+
+
+@pytest.mark.integration
+def test_a_uint_value_below_2_to_the_63_from_another_writer_reads_as_the_same_integer(pb):
+    env = theirs(pb, _update([{"value": 0}]))
+    env.southbound_signal_update.samples[0].value.uint_value = 42
+    decoded = Message.from_bytes(env.SerializeToString())
+    assert decoded.body["samples"][0]["value"] == 42
+    assert type(decoded.body["samples"][0]["value"]) is int
+
+
+@pytest.mark.integration
+def test_protoc_decode_shows_the_exact_unsigned_integer():
+    ours = samples.builder().body({"counter": 2**64 - 1, "signed": -(2**63)}).build()
+    result = subprocess.run(
+        [protoc(), f"-I{PROTO_DIR}", "--decode=unskit.v1.Envelope", ENVELOPE_PROTO],
+        input=ours.to_bytes(),
+        capture_output=True,
+        check=True,
+    )
+    text = result.stdout.decode()
+    assert "uint_value: 18446744073709551615" in text
+    assert "int_value: -9223372036854775808" in text
+    assert json_format.MessageToDict(
+        envelope_classes().Envelope.FromString(ours.to_bytes()), preserving_proto_field_name=True
+    )["structured"]["map_value"]["fields"]["counter"] == {"uint_value": "18446744073709551615"}

@@ -259,3 +259,22 @@ def test_a_broken_server_never_stops_the_other_instance(
         assert failures[0].total >= 1
     finally:
         hostile.close()
+
+
+def test_a_uint64_above_int64_is_published_exactly_and_the_instance_goes_on(
+    start_opcua, opcua_server
+) -> None:
+    """The sim's UInt64 node holds 18,000,000,000,000,000,000 (above 2**63-1): it stopped the
+    instance's thread before the envelope had uint_value."""
+    sim = opcua_server()
+    adapter = start_opcua([opcua_instance(sim.endpoint, match="^(UInt64|Int64|Counter)$")])
+    wait_until(lambda: values(adapter, "UInt64"), 20, "the UInt64 node's value")
+    assert values(adapter, "UInt64")[0] == 18_000_000_000_000_000_000
+    assert values(adapter, "Int64")[0] == -9_000_000_000_000_000_000
+    (sample,) = updates(adapter, "UInt64")[0].body["samples"]
+    assert sample["quality"] == "GOOD"
+    counted = len(values(adapter, "Counter"))
+    wait_until(lambda: len(values(adapter, "Counter")) > counted + 3, 20, "Counter goes on")
+    status = adapter.client.call("status", instance="line-1")
+    assert status["state"] == "connected"
+    assert status["counters"]["threadFailures"] == 0

@@ -3,6 +3,7 @@ reachability the test switches, with a small instance format of its own."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -40,6 +41,10 @@ class Switch:
         self.connect_times: list[float] = []
         self.probes = 0
         self.reads = 0
+        #: Set: a read raises an exception no driver should (a bug), not a DeviceError.
+        self.explode = threading.Event()
+        #: Raw values the device reads for these signal ids instead of its waveform.
+        self.values: dict[str, Any] = {}
 
 
 class SwitchedDriver(SimDriver):
@@ -70,7 +75,14 @@ class SwitchedDriver(SimDriver):
             raise DeviceError("connection reset (test switch off)", connection_lost=True)
         if self._drops():
             raise DeviceError("session ended by the device (test drop)", connection_lost=True)
-        return super().read(group)
+        if self.switch.explode.is_set():
+            raise RuntimeError("driver bug (test explode)")
+        readings = super().read(group)
+        values = dict(self.switch.values)
+        return [
+            dataclasses.replace(r, value=values[r.signal_id]) if r.signal_id in values else r
+            for r in readings
+        ]
 
     def probe(self) -> None:
         self.switch.probes += 1

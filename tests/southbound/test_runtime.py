@@ -12,7 +12,7 @@ import pytest
 
 from tests.southbound.conftest import Adapter, instance, real_signal
 from tests.southbound.sim_component import SimComponent, SwitchedDriver
-from tests.support.servers import wait_until
+from tests.support.servers import readyz, wait_until
 from unskit.errors import CommandError, ConfigError
 from unskit.southbound.sim import sim_value
 
@@ -418,3 +418,140 @@ def test_metrics_interval_follows_the_component(start_adapter) -> None:
     reporter = adapter.runtime._reporter
     assert reporter is not None
     assert reporter.interval == 7.0
+
+
+def ready(adapter: Adapter) -> int | None:
+    """The status /readyz answers on the component's probe port."""
+    assert adapter.runtime.health is not None
+    return readyz(adapter.runtime.health.port)
+
+
+PROBES = {"health": {"enabled": True, "port": 0}}
+
+
+def test_a_failed_instance_thread_restarts_with_backoff_an_alarm_and_a_count(
+    start_adapter,
+) -> None:
+    adapter = start_adapter(
+        [instance("press-1", real_signal("speed", publishMode="always"), adapter="test")],
+        **PROBES,
+    )
+    switch = SwitchedDriver.switch
+    alarm_topic = adapter.runtime.topics.topic(
+        "evt", "error", "device-unreachable", instance="press-1"
+    )
+    wait_until(lambda: adapter.client.call("status", instance="press-1")["connected"], 10, "up")
+    wait_until(lambda: ready(adapter) == 200, 10, "ready")
+    connects = switch.connects
+    switch.explode.set()
+    wait_until(lambda: len(adapter.seen.on(alarm_topic)) == 1, 10, "the alarm")
+    raised = adapter.seen.on(alarm_topic)[0].body
+    assert raised["state"] == "raised"
+    assert "RuntimeError: driver bug (test explode)" in raised["context"]["error"]
+    wait_until(lambda: ready(adapter) == 503, 10, "not ready: its only instance failed")
+    # Restarted, again and again, each time after the instance's reconnect backoff.
+    wait_until(lambda: switch.connects >= connects + 3, 10, "restarts")
+    times = switch.connect_times[connects:]
+    assert min(b - a for a, b in itertools.pairwise(times)) >= 0.019  # reconnectBackoffMinMs
+    status = adapter.client.call("status", instance="press-1")
+    assert status["state"] != "stopped"
+    assert status["counters"]["threadFailures"] >= 2
+    switch.explode.clear()
+    before = len(updates(adapter, "press-1", "speed"))
+    wait_until(lambda: len(updates(adapter, "press-1", "speed")) > before + 2, 10, "publishing")
+    wait_until(lambda: ready(adapter) == 200, 10, "ready again")
+    wait_until(lambda: len(adapter.seen.on(alarm_topic)) == 2, 10, "the clear")
+    assert adapter.seen.on(alarm_topic)[1].body["state"] == "cleared"
+    assert adapter.client.call("status", instance="press-1")["state"] == "connected"
+
+
+@pytest.mark.parametrize(
+    ("instances", "pause", "expected"),
+    [
+        (["test"], False, 503),
+        (["test", "sim"], False, 200),
+        (["test", "test"], False, 503),
+        (["test"], True, 200),
+    ],
+    ids=["the-only-instance-failed", "one-of-two-failed", "both-failed", "paused-not-failed"],
+)
+def test_the_component_is_not_ready_only_while_every_instance_failed(
+    start_adapter, instances: list[str], pause: bool, expected: int
+) -> None:
+    adapter = start_adapter(
+        [
+            instance(f"press-{n}", real_signal("speed"), adapter=kind)
+            for n, kind in enumerate(instances, 1)
+        ],
+        **PROBES,
+    )
+    ids = [f"press-{n}" for n in range(1, len(instances) + 1)]
+    for instance_id in ids:
+        wait_until(
+            lambda i=instance_id: adapter.client.call("status", instance=i)["connected"], 10, "up"
+        )
+    if pause:
+        for instance_id in ids:
+            adapter.client.call("pause", instance=instance_id)
+    SwitchedDriver.switch.explode.set()
+    failing = [i for i, kind in zip(ids, instances, strict=True) if kind == "test" and not pause]
+
+    def failures(instance_id: str) -> float:
+        return adapter.client.call("status", instance=instance_id)["counters"]["threadFailures"]
+
+    reads = SwitchedDriver.switch.reads
+    wait_until(lambda: all(failures(i) >= 1 for i in failing), 10, "the failures")
+    if pause:  # a paused instance does not read, so nothing fails: probes prove it is alive
+        probes = SwitchedDriver.switch.probes
+        wait_until(lambda: SwitchedDriver.switch.probes > probes + 2, 10, "probes")
+        assert SwitchedDriver.switch.reads == reads
+    wait_until(lambda: ready(adapter) == expected, 10, f"/readyz {expected}")
+
+
+def test_a_value_the_envelope_cannot_carry_goes_out_bad_and_the_rest_goes_on(
+    start_adapter,
+) -> None:
+    big = {"id": "Program:Main.big", "name": "big", "type": "ULINT", "publishMode": "always"}
+    switch = SwitchedDriver.switch
+    switch.values[big["id"]] = 2**64  # beyond every 64-bit integer, from the first read on
+    adapter = start_adapter(
+        [instance("press-1", real_signal("speed", publishMode="always"), big, adapter="test")]
+    )
+    wait_until(lambda: len(updates(adapter, "press-1", "big")) >= 2, 10, "updates of big")
+    (sample,) = updates(adapter, "press-1", "big")[-1].body["samples"]
+    assert sample["quality"] == "BAD"
+    assert sample["value"] is None
+    assert sample["status"].startswith("not encodable: value is an integer outside the 64-bit")
+    assert sample["source_timestamp_ms"] > 0
+    before = len(updates(adapter, "press-1", "speed"))
+    wait_until(lambda: len(updates(adapter, "press-1", "speed")) > before + 2, 10, "speed")
+    status = adapter.client.call("status", instance="press-1")
+    assert status["state"] == "connected"
+    assert status["counters"]["threadFailures"] == 0
+    assert status["counters"]["encodeErrors"] >= 2
+    # The verbs show it the same way, and answer for the other signals.
+    views = {v["name"]: v for v in adapter.client.call("signals", instance="press-1")["items"]}
+    assert (views["big"]["value"], views["big"]["quality"]) == (None, "BAD")
+    assert views["big"]["status"].startswith("not encodable: value is an integer outside")
+    assert views["speed"]["quality"] == "GOOD"
+    read = adapter.client.call("read", {"signals": [big["id"], "Program:Main.speed"]}, "press-1")
+    by_id = {r["id"]: r for r in read["readings"]}
+    assert (by_id[big["id"]]["value"], by_id[big["id"]]["quality"]) == (None, "BAD")
+    assert by_id[big["id"]]["detail"].startswith("not encodable: value is an integer outside")
+    assert by_id["Program:Main.speed"]["quality"] == "GOOD"
+    # The unsigned 64-bit range is carried exactly.
+    switch.values[big["id"]] = 2**64 - 1
+
+    def good() -> list:
+        return [
+            s
+            for m in updates(adapter, "press-1", "big")
+            for s in m.body["samples"]
+            if s["quality"] == "GOOD"
+        ]
+
+    assert good() == []
+    wait_until(lambda: len(good()) >= 1, 10, "a GOOD sample of big")
+    assert good()[0]["value"] == 2**64 - 1
+    assert type(good()[0]["value"]) is int
+    assert "status" not in good()[0]

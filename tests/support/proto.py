@@ -98,6 +98,8 @@ def value_from_python(classes: Any, obj: Any) -> Any:
         value.null_value = 0
     elif isinstance(obj, bool):
         value.bool_value = obj
+    elif isinstance(obj, int) and obj > 2**63 - 1:
+        value.uint_value = obj  # the schema's kind for 2^63..2^64-1
     elif isinstance(obj, int):
         value.int_value = obj
     elif isinstance(obj, float):

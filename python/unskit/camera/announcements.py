@@ -24,6 +24,7 @@ from unskit.runtime.events import Events
 from unskit.runtime.metrics import MetricsRegistry
 from unskit.runtime.periodic import PeriodicWatch
 from unskit.runtime.publish_watch import PublishWatch
+from unskit.runtime.supervision import Supervisor
 from unskit.topics import TopicScope
 
 __all__ = ["ANNOUNCEMENTS", "TERMINAL_SOURCE", "Announcer", "LifecycleQueue", "StorageWatch"]
@@ -52,7 +53,10 @@ class LifecycleQueue:
         self._ready = threading.Condition()
         self._stopping = False
         self._dropped = metrics.counter("captures", "lifecycleEventsDropped")
-        self._thread = threading.Thread(target=self._run, name="camera-lifecycle", daemon=True)
+        # Supervised: a failure is logged, counted and the publisher restarted, so events
+        # never pile up behind a dead thread. Set once closed: no restart after that.
+        self._closed = threading.Event()
+        self._thread = Supervisor(metrics).thread("camera-lifecycle", self._run, self._closed)
         self._thread.start()
 
     def offer(self, severity: str, kind: str, context: dict[str, Any], instance: str) -> bool:
@@ -85,6 +89,7 @@ class LifecycleQueue:
             self._stopping = True
             self._ready.notify_all()
         self._thread.join(timeout_s)
+        self._closed.set()
 
 
 class Announcer:

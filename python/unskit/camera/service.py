@@ -15,6 +15,7 @@ starts their threads and drains them.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -45,6 +46,7 @@ from unskit.messaging import MessagingClient
 from unskit.runtime.events import Events
 from unskit.runtime.metrics import MetricsRegistry
 from unskit.runtime.publish_watch import PublishWatch
+from unskit.runtime.supervision import Supervisor
 from unskit.topics import TopicScope
 
 __all__ = ["CameraService"]
@@ -189,7 +191,10 @@ class CameraService:
             self._schedule_thread = self._spawn("camera-schedules", self._schedules.run)
 
     def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> threading.Thread:
-        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        # Supervised: a failure is logged, counted and the loop restarted (until stopping),
+        # instead of a dispatcher or the deadline watch ending unseen.
+        body = functools.partial(target, *args)
+        thread = Supervisor(self._metrics).thread(name, body, self._stopping)
         thread.start()
         # Reloads start and end dispatchers: only the live ones are kept.
         self._threads = [*(t for t in self._threads if t.is_alive()), thread]

@@ -110,6 +110,7 @@ class EthernetIpAdapter(SouthboundComponent):
 
     def start(self, runtime: Runtime) -> None:
         """Starts the instances, then the EST managers of those that enroll."""
+        self._io_hubs.supervisor = runtime.supervisor
         super().start(runtime)
         self._follow_enrollments()
 

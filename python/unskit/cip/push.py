@@ -34,6 +34,7 @@ from unskit.cip.plan import AssemblyField, InputPlan, OutputPlan
 from unskit.cip.session import ImplicitSession, OpenedConnection, OpenRequest
 from unskit.errors import CipError
 from unskit.runtime.metrics import MetricsRegistry
+from unskit.runtime.supervision import Supervisor
 from unskit.southbound.driver import (
     DeviceError,
     InstanceSpec,
@@ -60,7 +61,13 @@ SampleHandler = Callable[[list[tuple[str, Any, int]]], None]
 class IoHub:
     """One class-1 UDP socket: the Rust `IoEngine` and the thread that routes its batches."""
 
-    def __init__(self, bind_address: str, port: int, multicast_interface: str) -> None:
+    def __init__(
+        self,
+        bind_address: str,
+        port: int,
+        multicast_interface: str,
+        supervisor: Supervisor | None = None,
+    ) -> None:
         self.address = (bind_address, port)
         self.engine = _cip.IoEngine(
             bind_host=bind_address, port=port, multicast_interface=multicast_interface
@@ -69,8 +76,10 @@ class IoHub:
         self._lock = threading.Lock()
         self._routes: dict[int, tuple[SampleHandler, Callable[[], None]]] = {}
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"cip-io-route-{self.engine.port}", daemon=True
+        # Supervised: a failed poll or route is logged, counted and the routing restarted,
+        # instead of every push instance on the socket going quiet unseen.
+        self._thread = (supervisor or Supervisor()).thread(
+            f"cip-io-route-{self.engine.port}", self._run, self._stop
         )
         self._thread.start()
 
@@ -100,10 +109,10 @@ class IoHub:
         while not self._stop.is_set():
             try:
                 batch = self.engine.poll(_POLL_S)
-            except Exception:  # the engine is gone (shutdown): nothing more to route
-                if not self._stop.is_set():
-                    _log.exception("class-1 routing on port %d failed", self.port)
-                return
+            except Exception:
+                if self._stop.is_set():  # the engine is gone (shutdown): nothing to route
+                    return
+                raise
             by_key: dict[int, list[tuple[str, Any, int]]] = defaultdict(list)
             for key, signal_id, value, ts_ms in zip(
                 batch.keys, batch.ids, batch.values, batch.ts_ms, strict=True
@@ -129,6 +138,8 @@ class IoHubs:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._hubs: dict[tuple[str, int], tuple[IoHub, int]] = {}
+        #: Restarts a hub's failed routing thread; the component sets its runtime's.
+        self.supervisor = Supervisor()
 
     def acquire(self, bind_address: str, port: int, multicast_interface: str) -> IoHub:
         address = (bind_address, port)
@@ -139,7 +150,7 @@ class IoHubs:
             current, users = self._hubs.get(address, (None, 0))
             if current is None:
                 try:
-                    current = IoHub(bind_address, port, multicast_interface)
+                    current = IoHub(bind_address, port, multicast_interface, self.supervisor)
                 except OSError as error:
                     raise DeviceError(
                         f"class-1 UDP socket {bind_address}:{port}: {error}"

@@ -27,6 +27,7 @@ from unskit.errors import (
     UnsafePathError,
     VerificationError,
 )
+from unskit.runtime.supervision import Supervisor
 
 __all__ = ["DeliveryClaims", "DestinationWorker"]
 
@@ -84,8 +85,10 @@ class DestinationWorker:
         self._buckets = list(buckets)
         #: The relative path being sent, if any (sb/status shows it).
         self.current: str | None = None
-        self.thread = threading.Thread(
-            target=self._run, name=f"egress-{context.id}-{spec.id}-{slot}", daemon=True
+        # Supervised: a failure outside a transfer (the state database, a bug) is logged,
+        # counted and the worker restarted, instead of the instance losing a worker unseen.
+        self.thread = Supervisor(context.metrics).thread(
+            f"egress-{context.id}-{spec.id}-{slot}", self._run, context.stopping
         )
 
     def _run(self) -> None:

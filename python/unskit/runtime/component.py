@@ -39,6 +39,7 @@ from unskit.runtime.metrics import MetricsRegistry, MetricsReporter, create_emit
 from unskit.runtime.outbox_watch import OutboxWatch
 from unskit.runtime.publish_watch import PublishWatch
 from unskit.runtime.shutdown import ShutdownCoordinator
+from unskit.runtime.supervision import Supervisor
 
 __all__ = [
     "COMPONENT_ENTRY_POINTS",
@@ -108,6 +109,9 @@ class Runtime:
         self.platform = config.platform
         self.topics = config.topics
         self.metrics = MetricsRegistry()
+        #: Reports, counts and restarts the component's failed threads; what is dead keeps
+        #: readiness off (`_answers`).
+        self.supervisor = Supervisor(self.metrics)
         self.embedded_broker: EmbeddedBroker | None = None
         self.readiness: ReadinessState | None = None
         self.health: HealthServer | None = None
@@ -367,8 +371,10 @@ class Runtime:
             self._reporter = MetricsReporter(self.metrics, emitter, emission.interval_seconds)
             self._reporter.start()
         if config.heartbeat.enabled:
-            self._heartbeat = threading.Thread(
-                target=self._beat, args=(local,), name="unskit-heartbeat", daemon=True
+            self._heartbeat = self.supervisor.thread(
+                "unskit-heartbeat",
+                functools.partial(self._beat, local, time.monotonic()),
+                self._heartbeat_stop,
             )
             self._heartbeat.start()
 
@@ -385,7 +391,9 @@ class Runtime:
 
     def _answers(self) -> bool:
         """Readiness's connectivity check: start-up has ended, the local link is up and the
-        broker acknowledged every subscription (the command inbox's among them)."""
+        broker acknowledged every subscription (the command inbox's among them), and no part
+        of the component is dead (`Supervisor.problems`: a thread that could not go on, every
+        southbound instance failed)."""
         messaging = self._messaging
         return (
             self._serving
@@ -395,6 +403,7 @@ class Runtime:
                 # A failover between listed brokers is a reconnect, not an outage.
                 or messaging.within_failover_grace()
             )
+            and not self.supervisor.problems()
         )
 
     def _reload_verb(self, app: ComponentApp | None) -> Verb:
@@ -466,9 +475,8 @@ class Runtime:
             messaging, local=dataclasses.replace(local, host="127.0.0.1", port=port)
         )
 
-    def _beat(self, publisher: _LibraryPublisher) -> None:
+    def _beat(self, publisher: _LibraryPublisher, started: float) -> None:
         interval = self.config.heartbeat.interval_seconds
-        started = time.monotonic()
         topic = self.topics.topic("state", "heartbeat")
         while not self._heartbeat_stop.wait(interval):
             message = (

@@ -14,14 +14,15 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar
 
 from unskit.commands import ErrorCode
 from unskit.envelope import EnvelopeStamp, Message, MessageBuilder
-from unskit.errors import CommandError, UnskitError
+from unskit.errors import CommandError, EnvelopeError, UnskitError
 from unskit.messaging import MessagingClient
+from unskit.runtime.supervision import Supervisor
 from unskit.southbound.driver import (
     DeviceDriver,
     DeviceError,
@@ -31,7 +32,7 @@ from unskit.southbound.driver import (
     SignalSpec,
 )
 from unskit.southbound.push import PushInbox
-from unskit.southbound.signals import SignalTable
+from unskit.southbound.signals import SignalTable, bounded_status, not_encodable
 from unskit.topics import TopicScope
 
 __all__ = ["DEVICE_UNREACHABLE", "InstanceContext", "InstanceRunner", "InstanceState"]
@@ -45,7 +46,14 @@ SIGNAL_UPDATE_NAME = "SouthboundSignalUpdate"
 _STOP_TIMEOUT_S = 10.0
 #: Counters with a pollGroup dimension, and those of the instance as a whole.
 _GROUP_COUNTERS = ("reads", "readErrors")
-_INSTANCE_COUNTERS = ("samplesPublished", "publishErrors", "reconnects", "samplesDropped")
+_INSTANCE_COUNTERS = (
+    "samplesPublished",
+    "publishErrors",
+    "reconnects",
+    "samplesDropped",
+    "encodeErrors",
+    "threadFailures",
+)
 #: Signal updates built and not yet published, at most; a full queue holds the instance
 #: thread back, as publishing on it did.
 _OUTBOX_LIMIT = 1000
@@ -74,6 +82,11 @@ class InstanceContext:
     counter: Callable[[str, str, str | None], Any]
     #: (instance, name) -> a gauge of the southbound_health family.
     gauge: Callable[[str, str], Any]
+    #: (thread name, error, counter) -> logs and counts a failure of the instance's thread
+    #: (the component's `Supervisor.failed`).
+    thread_failed: Callable[[str, BaseException, Any], None] = field(
+        default_factory=lambda: Supervisor().failed
+    )
 
 
 class InstanceRunner:
@@ -116,6 +129,10 @@ class InstanceRunner:
         self._answered = False
         #: The inbox of the current connection of a push source (None when polled).
         self._inbox: PushInbox | None = None
+        #: Why the thread last failed, until a connection proves itself again (see `dead`).
+        self._thread_failure: str | None = None
+        #: Signals whose last update could not be encoded (logged once until one encodes).
+        self._unencodable: set[str] = set()
         self._thread = threading.Thread(target=self._run, name=f"sb-{spec.id}", daemon=True)
         # Updates go out on a thread of their own, in order, so the next read starts as soon
         # as the last one is recorded (publishing a cycle's updates on the instance thread
@@ -177,6 +194,19 @@ class InstanceRunner:
     def last_error(self) -> str:
         return self._last_error
 
+    @property
+    def dead(self) -> str | None:
+        """Why the instance is down by a failure of its own: its thread failed and no
+        connection has proved itself since (the rule that clears the unreachable alarm), or
+        it ended without being stopped. None otherwise (running, reconnecting after a lost
+        device, paused, stopped, or failed by its configuration)."""
+        if self._thread_failure is not None:
+            return self._thread_failure
+        thread = self._thread
+        if thread.ident is not None and not thread.is_alive() and not self._stop.is_set():
+            return "its thread ended"
+        return None
+
     def submit(self, work: Callable[[], T]) -> Future[T]:
         """Runs device work on the instance thread; DEVICE_UNAVAILABLE when not connected."""
         future: Future[T] = Future()
@@ -234,6 +264,8 @@ class InstanceRunner:
         views = []
         for state in self._table.by_id.values():
             spec = state.spec
+            value, quality, status = state.last_value, state.last_quality, state.last_detail
+            unfit = not_encodable(value)
             views.append(
                 {
                     "id": spec.id,
@@ -245,10 +277,11 @@ class InstanceRunner:
                     "publishMode": spec.publish_mode.value,
                     "deadband": {"type": spec.deadband.type, "value": spec.deadband.value},
                     "batchMs": spec.batch_ms,
-                    "value": state.last_value,
-                    "quality": None if state.last_quality is None else state.last_quality.value,
+                    # One value the envelope cannot carry must not fail the whole reply.
+                    "value": None if unfit else value,
+                    "quality": "BAD" if unfit else (None if quality is None else quality.value),
                     "serverTimestampMs": state.last_server_ms or None,
-                    "status": state.last_detail or None,
+                    "status": unfit or status or None,
                     "stale": (not self._paused) and id(state) in stale,
                     "writable": spec.id in self.spec.writes_allow,
                 }
@@ -264,23 +297,54 @@ class InstanceRunner:
     def _run(self) -> None:
         self._table.restart_staleness(time.monotonic())
         try:
-            if isinstance(self.driver, PushDriver):
-                self._run_push(self.driver)
-            else:
-                self._run_poll()
-        except Exception:
-            _log.exception("instance %s: its thread failed", self.spec.id)
-            self._last_error = "internal error; see the log"
+            while not self._stop.is_set():
+                try:
+                    if isinstance(self.driver, PushDriver):
+                        self._run_push(self.driver)
+                    else:
+                        self._run_poll()
+                except Exception as error:
+                    self._thread_failed(error)
         finally:
-            self._publish(time.monotonic(), flush=True)
-            self._outbox.put(None)
-            self._publisher.join(_STOP_TIMEOUT_S)
-            self._fail_jobs(CommandError(ErrorCode.DEVICE_UNAVAILABLE, "the instance stopped"))
-            self._detach_inbox()
+            try:
+                self._publish(time.monotonic(), flush=True)
+            except Exception:
+                _log.exception("instance %s: the last updates could not be built", self.spec.id)
+            finally:
+                self._outbox.put(None)
+                self._publisher.join(_STOP_TIMEOUT_S)
+                self._fail_jobs(CommandError(ErrorCode.DEVICE_UNAVAILABLE, "the instance stopped"))
+                self._detach_inbox()
+                self._close_driver()
+                self._state = InstanceState.STOPPED
+                self._set_gauges()
+                if self._stop.is_set():
+                    self._context.clear_alarm(DEVICE_UNREACHABLE, self.spec.id)
+
+    def _thread_failed(self, error: Exception) -> None:
+        """A failure of the thread, whatever raised it: logged and counted, the connection
+        closed, the unreachable alarm raised with the error, and the loop run again after
+        the instance's reconnect backoff (so a failure that repeats is paced, not spun)."""
+        reason = f"its thread failed: {type(error).__name__}: {error}"
+        try:
+            self._thread_failure = reason
+            counter = self._context.counter(self.spec.id, "threadFailures", None)
+            self._context.thread_failed(f"sb-{self.spec.id}", error, counter)
+            was_connected = self.connected
+            self._lost(DeviceError(reason))
+            if not was_connected:  # `_lost` closes a connected one; a half-open one too
+                self._close_driver()
+        except Exception:
+            # The handling itself failed: still no spin, still a restart.
+            _log.exception("instance %s: handling a thread failure failed", self.spec.id)
+            self._state = InstanceState.BACKOFF
+            self._retry_at = time.monotonic() + self.spec.timing.reconnect_backoff_min_ms / 1000
+
+    def _close_driver(self) -> None:
+        try:
             self.driver.close()
-            self._state = InstanceState.STOPPED
-            self._set_gauges()
-            self._context.clear_alarm(DEVICE_UNREACHABLE, self.spec.id)
+        except Exception:
+            _log.exception("instance %s: closing the driver failed", self.spec.id)
 
     def _run_poll(self) -> None:
         groups = {group.id: group for group in self.spec.poll_groups}
@@ -460,6 +524,8 @@ class InstanceRunner:
             return
         self._proven = True
         self._attempt = 0
+        # Recovered as from any outage: a thread failure before it is over.
+        self._thread_failure = None
         self._context.clear_alarm(DEVICE_UNREACHABLE, self.spec.id)
 
     def _proof_due(self) -> float | None:
@@ -537,17 +603,56 @@ class InstanceRunner:
         """Builds the due signal updates and hands them to the publisher thread."""
         for state in self._table.due(now, flush=flush):
             samples = self._table.take(state)
-            message = (
-                MessageBuilder(SIGNAL_UPDATE_NAME, "1.0", self._context.stamp)
-                .instance(self.spec.id)
-                .signal_update(state.spec.id, samples, name=state.spec.name)
-                .build()
-            )
+            message = self._signal_update(state.spec, samples)
             if state.topic is None:
                 state.topic = self._context.topics.topic(
                     "data", state.channel, instance=self.spec.id
                 )
             self._outbox.put((state.topic, message, len(samples)))
+
+    def _signal_update(self, spec: SignalSpec, samples: list[dict[str, Any]]) -> Message:
+        """The update of one signal. A sample whose value the envelope cannot carry goes
+        out BAD, without its value, with a status saying why: one value never holds back
+        the signal's other samples, nor any other signal."""
+        try:
+            message = self._build_update(spec, samples)
+        except (EnvelopeError, TypeError, ValueError):
+            samples = [self._encodable(spec, sample) for sample in samples]
+            message = self._build_update(spec, samples)
+        else:
+            self._unencodable.discard(spec.id)
+        return message
+
+    def _build_update(self, spec: SignalSpec, samples: list[dict[str, Any]]) -> Message:
+        return (
+            MessageBuilder(SIGNAL_UPDATE_NAME, "1.0", self._context.stamp)
+            .instance(self.spec.id)
+            .signal_update(spec.id, samples, name=spec.name)
+            .build()
+        )
+
+    def _encodable(self, spec: SignalSpec, sample: dict[str, Any]) -> dict[str, Any]:
+        try:
+            self._build_update(spec, [sample])
+        except (EnvelopeError, TypeError, ValueError) as error:
+            self._context.counter(self.spec.id, "encodeErrors", None).inc()
+            status = not_encodable(sample.get("value")) or bounded_status(f"not encodable: {error}")
+            if spec.id not in self._unencodable:
+                self._unencodable.add(spec.id)
+                _log.warning(
+                    "instance %s: a sample of %s cannot be encoded, published BAD: %s",
+                    self.spec.id,
+                    spec.id,
+                    status,
+                )
+            return {
+                "value": None,
+                "quality": "BAD",
+                "source_timestamp_ms": sample.get("source_timestamp_ms", 0),
+                "server_timestamp_ms": sample.get("server_timestamp_ms", 0),
+                "status": status,
+            }
+        return sample
 
     def _publish_loop(self) -> None:
         while True:
@@ -574,6 +679,7 @@ class InstanceRunner:
                     )
                     continue
                 except Exception:
+                    self._context.counter(self.spec.id, "publishErrors", None).inc()
                     _log.exception("instance %s: update of %s not published", self.spec.id, topic)
                     continue
                 published += count

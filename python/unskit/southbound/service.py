@@ -38,10 +38,11 @@ from unskit.southbound.driver import (
     InstanceSpec,
     PollGroupSpec,
     PushDriver,
+    Reading,
     SignalSpec,
 )
 from unskit.southbound.instance import InstanceContext, InstanceRunner, InstanceState
-from unskit.southbound.signals import scale_value
+from unskit.southbound.signals import not_encodable, scale_value
 
 __all__ = [
     "HEALTH_FAMILY",
@@ -97,6 +98,9 @@ class SouthboundService:
         self._drivers = dict(drivers)
         self._lock = threading.RLock()
         self._running: dict[str, _Running] = {}
+        #: The runners as last changed, read by readiness probes without the lock (a reload
+        #: holds it while instances stop, and a probe must not wait for that).
+        self._runners: tuple[InstanceRunner, ...] = ()
         self._shared = ""
         metrics = runtime.metrics
 
@@ -114,9 +118,21 @@ class SouthboundService:
             clear_alarm=self._clear_alarm,
             counter=counter,
             gauge=lambda instance, name: metrics.gauge(HEALTH_FAMILY, name, {"instance": instance}),
+            thread_failed=runtime.supervisor.failed,
         )
+        # A component whose instances have all failed is not ready (/readyz).
+        runtime.supervisor.add_check("instances", self._dead_instances)
 
     # -- instances --------------------------------------------------------------------------
+
+    def _dead_instances(self) -> str | None:
+        """Why every instance is down by a failure of its own, or None while one is alive
+        (instances failed by their configuration, which never run, do not count)."""
+        runners = [r for r in self._runners if r.state is not InstanceState.FAILED]
+        reasons = [(runner.spec.id, runner.dead) for runner in runners]
+        if not reasons or any(reason is None for _, reason in reasons):
+            return None
+        return "every instance failed: " + "; ".join(f"{i} {reason}" for i, reason in reasons)
 
     def instance_ids(self) -> tuple[str, ...]:
         with self._lock:
@@ -207,10 +223,12 @@ class SouthboundService:
     def _start(self, spec: InstanceSpec, driver: DeviceDriver) -> None:
         runner = InstanceRunner(spec, driver, self._context)
         self._running[spec.id] = _Running(spec, runner, _fingerprint(spec.entry))
+        self._runners = tuple(r.runner for r in self._running.values())
         runner.start()
 
     def _stop(self, instance_id: str, *, removed: bool) -> None:
         running = self._running.pop(instance_id)
+        self._runners = tuple(r.runner for r in self._running.values())
         running.runner.stop()
         if removed:
             self._runtime.metrics.remove({"instance": instance_id})
@@ -314,16 +332,7 @@ class SouthboundService:
         readings = self.on_device(runner, lambda: runner.driver.read(group))
         return {
             "instance": context.instance,
-            "readings": [
-                {
-                    "id": reading.signal_id,
-                    "value": scale_value(by_id[reading.signal_id], reading.value),
-                    "quality": reading.quality.value,
-                    "sourceTimestampMs": reading.source_timestamp_ms or None,
-                    **({"detail": reading.detail} if reading.detail else {}),
-                }
-                for reading in readings
-            ],
+            "readings": [_reading_view(by_id[reading.signal_id], reading) for reading in readings],
         }
 
     def _write(self, context: CommandContext) -> Mapping[str, Any]:
@@ -408,6 +417,21 @@ class SouthboundService:
         assert context.instance is not None
         changed = self.runner(context.instance).resume()
         return {"instance": context.instance, "paused": False, "changed": changed}
+
+
+def _reading_view(signal: SignalSpec, reading: Reading) -> dict[str, Any]:
+    """One sb/read reading; a value the envelope cannot carry reads BAD with a detail saying
+    why, so it never fails the reply of the others."""
+    value = scale_value(signal, reading.value)
+    unfit = not_encodable(value)
+    detail = unfit or reading.detail
+    return {
+        "id": reading.signal_id,
+        "value": None if unfit else value,
+        "quality": "BAD" if unfit else reading.quality.value,
+        "sourceTimestampMs": reading.source_timestamp_ms or None,
+        **({"detail": detail} if detail else {}),
+    }
 
 
 def _write_request(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,11 +8,19 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from unskit.envelope import MAX_SAMPLE_STATUS_BYTES
+from unskit.envelope import MAX_SAMPLE_STATUS_BYTES, MessageBuilder
+from unskit.errors import EnvelopeError
 from unskit.signal import GateSpec, SignalBank, scale_values
 from unskit.southbound.driver import PublishMode, Quality, Reading, SignalSpec
 
-__all__ = ["SignalState", "SignalTable", "channel_token", "scale_value"]
+__all__ = [
+    "SignalState",
+    "SignalTable",
+    "bounded_status",
+    "channel_token",
+    "not_encodable",
+    "scale_value",
+]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -24,10 +32,21 @@ def channel_token(path: str) -> str:
     return token or "_"
 
 
-def _bounded_status(detail: str) -> str:
+def bounded_status(detail: str) -> str:
     """A reading's detail as a sample status: a longer one (a CIP error text) is cut to the
     envelope's bound, on a character boundary, so the update is still published."""
     return detail.encode()[:MAX_SAMPLE_STATUS_BYTES].decode(errors="ignore")
+
+
+def not_encodable(value: Any) -> str | None:
+    """The status of a value the envelope cannot carry (``not encodable: <why>``, within the
+    status bound), or None when it can: what a sample, sb/signals and sb/read show instead."""
+    try:
+        MessageBuilder("-", "-").body([value])
+    except (EnvelopeError, TypeError, ValueError) as error:
+        why = str(error).removeprefix("invalid envelope: ").replace("body[0]", "value", 1)
+        return bounded_status(f"not encodable: {why}")
+    return None
 
 
 def _numbers(raw: Any) -> bool:
@@ -154,7 +173,7 @@ class SignalTable:
             "server_timestamp_ms": server_ms,
         }
         if reading.detail:
-            sample["status"] = _bounded_status(reading.detail)
+            sample["status"] = bounded_status(reading.detail)
         state.pending.append(sample)
         if state.window_ends is None:
             state.window_ends = now + state.spec.batch_ms / 1000.0

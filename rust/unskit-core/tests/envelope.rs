@@ -13,6 +13,7 @@ fn value() -> impl Strategy<Value = Value> {
         Just(Value::new(Kind::NullValue(0))),
         any::<bool>().prop_map(|b| Value::new(Kind::BoolValue(b))),
         any::<i64>().prop_map(|i| Value::new(Kind::IntValue(i))),
+        (1u64 << 63..=u64::MAX).prop_map(|u| Value::new(Kind::UintValue(u))),
         any::<f64>()
             .prop_filter("NaN is not equal to itself", |d| !d.is_nan())
             .prop_map(|d| Value::new(Kind::DoubleValue(d))),
@@ -182,6 +183,28 @@ fn unknown_quality_projects_as_its_number() {
     let json = to_json_string(&env, BinaryView::Marker);
     assert!(json.contains(r#""quality":9"#), "{json}");
     assert_eq!(Quality::from_label("BAD"), Some(Quality::Bad));
+}
+
+#[test]
+fn integers_above_i64_are_exact_in_every_view() {
+    let mut env = minimal();
+    env.body = Some(Body::Structured(Value::new(Kind::UintValue(u64::MAX))));
+    let bytes = encode(&env).unwrap();
+    // Field 9, varint: the uint64 on the wire, not a zigzagged sint64.
+    assert!(bytes.ends_with(&[0x48, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]));
+    assert!(decode(&bytes).unwrap() == env);
+    assert_eq!(
+        to_json(&env, BinaryView::Marker)["body"],
+        serde_json::json!(18_446_744_073_709_551_615u64)
+    );
+    let text = unskit_core::envelope::value_from_json_text("[9223372036854775808, -1, 1.5e19]");
+    let Some(Kind::ListValue(list)) = text.and_then(|v| v.kind) else {
+        panic!("not a list")
+    };
+    let kinds: Vec<_> = list.values.into_iter().map(|v| v.kind).collect();
+    assert!(kinds[0] == Some(Kind::UintValue(1 << 63)));
+    assert!(kinds[1] == Some(Kind::IntValue(-1)));
+    assert!(kinds[2] == Some(Kind::DoubleValue(1.5e19)));
 }
 
 fn with_samples(samples: Vec<Sample>) -> Envelope {

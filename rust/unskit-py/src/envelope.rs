@@ -73,12 +73,16 @@ fn to_value(obj: &Bound<'_, PyAny>, depth: usize, at: &At<'_>) -> PyResult<Value
     } else if let Ok(b) = obj.cast::<PyBool>() {
         Kind::BoolValue(b.is_true())
     } else if let Ok(i) = obj.cast::<PyInt>() {
-        Kind::IntValue(i.extract::<i64>().map_err(|_| {
-            envelope_error(format!(
-                "{} is an integer outside the 64-bit range",
-                at.render()
-            ))
-        })?)
+        // -2^63..2^63-1 is an int_value, 2^63..2^64-1 (an unsigned 64-bit) a uint_value.
+        match i.extract::<i64>() {
+            Ok(signed) => Kind::IntValue(signed),
+            Err(_) => Kind::UintValue(i.extract::<u64>().map_err(|_| {
+                envelope_error(format!(
+                    "{} is an integer outside the 64-bit range (-2**63 to 2**64-1)",
+                    at.render()
+                ))
+            })?),
+        }
     } else if let Ok(f) = obj.cast::<PyFloat>() {
         Kind::DoubleValue(f.value())
     } else if let Ok(s) = obj.cast::<PyString>() {
@@ -162,6 +166,9 @@ impl<'py> ProjectionSink for PySink<'py> {
         Ok(PyBool::new(self.py, value).to_owned().into_any())
     }
     fn int(&mut self, value: i64) -> PyResult<Self::Out> {
+        Ok(value.into_pyobject(self.py)?.into_any())
+    }
+    fn uint(&mut self, value: u64) -> PyResult<Self::Out> {
         Ok(value.into_pyobject(self.py)?.into_any())
     }
     fn float(&mut self, value: f64) -> PyResult<Self::Out> {
@@ -661,7 +668,8 @@ impl Message {
 
     /// A signal update's samples as columns, or None for any other body: (signal id,
     /// signal name or None, sample count, source and server timestamps (int64), quality
-    /// numbers (int32), value kinds (uint8: 0 null, 1 float, 2 int, 3 bool, 4 str, 5 other),
+    /// numbers (int32), value kinds (uint8: 0 null, 1 float, 2 int, 3 bool, 4 str, 5 other: a
+    /// list, map, bytes or an integer above 2**63-1),
     /// floats (float64), ints (int64), bools (uint8), then lists of (index, value) for the
     /// str and other values and of (index, status) for the statuses). Every buffer is
     /// native-endian bytes with one entry per sample.

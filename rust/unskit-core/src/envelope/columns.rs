@@ -12,7 +12,8 @@ pub enum ValueKind {
     Int = 2,
     Bool = 3,
     String = 4,
-    /// A list, map or bytes value: projected one by one by the caller.
+    /// A list, map or bytes value, or an integer above `i64::MAX`: projected one by one by
+    /// the caller.
     Other = 5,
 }
 
@@ -74,7 +75,9 @@ pub fn signal_columns(update: &SouthboundSignalUpdate) -> SignalColumns<'_> {
                 columns.strings.push((at, value.as_str()));
                 ValueKind::String
             }
-            Some(Kind::ListValue(_) | Kind::MapValue(_) | Kind::BytesValue(_)) => {
+            Some(
+                Kind::ListValue(_) | Kind::MapValue(_) | Kind::BytesValue(_) | Kind::UintValue(_),
+            ) => {
                 if let Some(value) = &sample.value {
                     columns.others.push((at, value));
                 }

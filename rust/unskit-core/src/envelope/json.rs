@@ -31,6 +31,8 @@ pub trait ProjectionSink {
     fn null(&mut self) -> Result<Self::Out, Self::Error>;
     fn boolean(&mut self, value: bool) -> Result<Self::Out, Self::Error>;
     fn int(&mut self, value: i64) -> Result<Self::Out, Self::Error>;
+    /// An integer above `i64::MAX` (a `uint_value`), kept exact.
+    fn uint(&mut self, value: u64) -> Result<Self::Out, Self::Error>;
     fn float(&mut self, value: f64) -> Result<Self::Out, Self::Error>;
     fn string(&mut self, value: &str) -> Result<Self::Out, Self::Error>;
     /// Only called with `BinaryView::Native`.
@@ -158,6 +160,7 @@ pub fn project_value<S: ProjectionSink>(
         None | Some(Kind::NullValue(_)) => sink.null(),
         Some(Kind::BoolValue(b)) => sink.boolean(*b),
         Some(Kind::IntValue(i)) => sink.int(*i),
+        Some(Kind::UintValue(u)) => sink.uint(*u),
         // JSON has no NaN or infinity: the JSON views show null.
         Some(Kind::DoubleValue(d)) if !d.is_finite() && binary != BinaryView::Native => sink.null(),
         Some(Kind::DoubleValue(d)) => sink.float(*d),
@@ -234,6 +237,9 @@ impl ProjectionSink for JsonTree {
     fn int(&mut self, value: i64) -> Result<Json, Infallible> {
         Ok(Json::Number(value.into()))
     }
+    fn uint(&mut self, value: u64) -> Result<Json, Infallible> {
+        Ok(Json::Number(value.into()))
+    }
     fn float(&mut self, value: f64) -> Result<Json, Infallible> {
         Ok(Number::from_f64(value).map_or(Json::Null, Json::Number))
     }
@@ -270,7 +276,7 @@ pub fn to_json_string(envelope: &Envelope, binary: BinaryView) -> String {
 }
 
 /// Parses JSON text into a structured value, or `None` when the text is not JSON.
-/// Integers that fit i64 stay integers; larger ones become doubles, as JSON readers do.
+/// Integers from -2^63 to 2^64-1 stay integers; others become doubles, as JSON readers do.
 pub fn value_from_json_text(text: &str) -> Option<Value> {
     serde_json::from_str::<Json>(text)
         .ok()
@@ -281,9 +287,10 @@ fn value_from_json(json: &Json) -> Value {
     Value::new(match json {
         Json::Null => Kind::NullValue(0),
         Json::Bool(b) => Kind::BoolValue(*b),
-        Json::Number(n) => match n.as_i64() {
-            Some(i) => Kind::IntValue(i),
-            None => Kind::DoubleValue(n.as_f64().unwrap_or(f64::NAN)),
+        Json::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Kind::IntValue(i),
+            (None, Some(u)) => Kind::UintValue(u),
+            _ => Kind::DoubleValue(n.as_f64().unwrap_or(f64::NAN)),
         },
         Json::String(s) => Kind::StringValue(s.clone()),
         Json::Array(items) => Kind::ListValue(super::model::ListValue {

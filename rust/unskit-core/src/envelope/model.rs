@@ -82,7 +82,7 @@ impl Identity {
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Value {
-    #[prost(oneof = "Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8")]
+    #[prost(oneof = "Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9")]
     pub kind: Option<Kind>,
 }
 
@@ -110,6 +110,9 @@ pub enum Kind {
     MapValue(MapValue),
     #[prost(bytes = "vec", tag = "8")]
     BytesValue(Vec<u8>),
+    /// An integer above `i64::MAX`; encoders put every other integer in `IntValue`.
+    #[prost(uint64, tag = "9")]
+    UintValue(u64),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
