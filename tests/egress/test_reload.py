@@ -84,11 +84,14 @@ def test_instances_are_added_changed_and_removed_without_touching_the_others(
     assert outcome == {"started": [], "stopped": ["b"], "kept": ["a", "c"], "skipped": []}
     with pytest.raises(CommandError, match="NO_SUCH_INSTANCE"):
         client.call("status", instance="b")
-    applied = [
-        m.body["context"]
-        for m in adapter.seen.on(adapter.runtime.topics.topic("evt", "info", "config-applied"))
-    ]
-    assert applied[-1]["stopped"] == ["b"]
+    # The event and the reload's reply travel separately: wait for the event to arrive.
+    applied_topic = adapter.runtime.topics.topic("evt", "info", "config-applied")
+
+    def applied() -> list[Any]:
+        return [m.body["context"] for m in adapter.seen.on(applied_topic)]
+
+    wait_until(lambda: any(c["stopped"] == ["b"] for c in applied()), 10, "config-applied")
+    assert applied()[-1]["stopped"] == ["b"]
 
 
 def test_a_transfer_in_flight_resumes_on_the_changed_instance(
