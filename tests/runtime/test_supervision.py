@@ -10,9 +10,11 @@ import threading
 import time
 
 import pytest
+from tests.runtime.test_events import SCOPE, RecordingPublisher
 
+from unskit.runtime.events import Events
 from unskit.runtime.metrics import MetricsRegistry
-from unskit.runtime.supervision import RUNTIME_FAMILY, THREAD_FAILURES, Supervisor
+from unskit.runtime.supervision import RUNTIME_FAMILY, THREAD_FAILED, THREAD_FAILURES, Supervisor
 
 pytestmark = pytest.mark.unit
 
@@ -105,3 +107,64 @@ def test_readiness_checks_report_their_parts(check, problem) -> None:
     assert supervisor.problems() == ([] if problem is None else [problem])
     supervisor.remove_check("instances")
     assert supervisor.problems() == []
+
+
+def _alarm_states(publisher: RecordingPublisher) -> list[tuple[str, str, object]]:
+    return [
+        (topic.rsplit("/", 1)[-1], message.body["state"], message.body.get("context"))
+        for topic, message in publisher.decoded()
+    ]
+
+
+def test_a_failure_raises_thread_failed_until_the_restarted_thread_has_run_a_window() -> None:
+    publisher = RecordingPublisher()
+    supervisor = Supervisor(restart_min_s=0.01, restart_max_s=0.3)
+    supervisor.attach_alarms(Events(publisher, SCOPE))
+    calls: list[float] = []
+    done, stop = threading.Event(), threading.Event()
+    release = threading.Event()
+
+    def body() -> None:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise RuntimeError("bug number 1")
+        done.set()
+        release.wait(30)  # the restarted body runs on, as a healthy loop does
+
+    thread = supervisor.thread("worker-2", body, stop)
+    thread.start()
+    assert done.wait(10), "the body was not run again"
+    states = _alarm_states(publisher)
+    assert states[0] == (
+        THREAD_FAILED,
+        "raised",
+        {"threads": {"worker-2": "RuntimeError: bug number 1"}},
+    )
+    deadline = time.monotonic() + 10
+    while len(_alarm_states(publisher)) < 2 and time.monotonic() < deadline:
+        stop.wait(0.01)
+    assert [s[:2] for s in _alarm_states(publisher)] == [
+        (THREAD_FAILED, "raised"),
+        (THREAD_FAILED, "cleared"),
+    ], "cleared once the restarted body had run a whole window"
+    assert time.monotonic() - calls[1] >= 0.3 - 0.01
+    release.set()
+    thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_a_part_that_may_not_restart_keeps_its_alarm() -> None:
+    publisher = RecordingPublisher()
+    supervisor = Supervisor(restart_min_s=0.01, restart_max_s=0.05)
+    supervisor.attach_alarms(Events(publisher, SCOPE))
+    stop = threading.Event()
+
+    def body() -> None:
+        raise OSError("inotify went away")
+
+    thread = supervisor.thread("watcher", body, stop, restart=False)
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert [s[:2] for s in _alarm_states(publisher)] == [(THREAD_FAILED, "raised")]
+    assert supervisor.problems() == ["watcher: OSError: inotify went away"]

@@ -46,7 +46,13 @@ ANNOUNCEMENTS = {
 class LifecycleQueue:
     """Lifecycle events waiting for their publisher thread, at most `bound` of them."""
 
-    def __init__(self, events: Events, bound: int, metrics: MetricsRegistry) -> None:
+    def __init__(
+        self,
+        events: Events,
+        bound: int,
+        metrics: MetricsRegistry,
+        supervisor: Supervisor | None = None,
+    ) -> None:
         self._events = events
         self._bound = bound
         self._queue: deque[tuple[str, str, dict[str, Any], str]] = deque()
@@ -56,7 +62,8 @@ class LifecycleQueue:
         # Supervised: a failure is logged, counted and the publisher restarted, so events
         # never pile up behind a dead thread. Set once closed: no restart after that.
         self._closed = threading.Event()
-        self._thread = Supervisor(metrics).thread("camera-lifecycle", self._run, self._closed)
+        supervisor = supervisor or Supervisor(metrics)
+        self._thread = supervisor.thread("camera-lifecycle", self._run, self._closed)
         self._thread.start()
 
     def offer(self, severity: str, kind: str, context: dict[str, Any], instance: str) -> bool:
@@ -106,14 +113,16 @@ class Announcer:
         lifecycle: bool,
         max_queued_events: int = 256,
         publish_watch: PublishWatch | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self._publish_watch = publish_watch
+        self._supervisor = supervisor
         self._messaging = messaging
         self._topics = topics
         self._stamp = stamp
         self._metrics = metrics
         self._lifecycle = (
-            LifecycleQueue(events, max_queued_events, metrics)
+            LifecycleQueue(events, max_queued_events, metrics, supervisor)
             if lifecycle and events is not None
             else None
         )
@@ -189,7 +198,7 @@ class Announcer:
         self.close()
         self._lifecycle_settings = (lifecycle, max_queued_events)
         self._lifecycle = (
-            LifecycleQueue(self._alarms, max_queued_events, self._metrics)
+            LifecycleQueue(self._alarms, max_queued_events, self._metrics, self._supervisor)
             if lifecycle and self._alarms is not None
             else None
         )

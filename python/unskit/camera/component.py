@@ -46,6 +46,7 @@ class CameraAdapter:
             secrets=runtime.config.secrets() if runtime.config.credentials is not None else None,
             ipc=runtime.config.messaging.ipc,
             publish_watch=runtime.publish_watch,
+            supervisor=runtime.supervisor,
         )
         self.service = service
         service.start()

@@ -92,6 +92,7 @@ class CameraService:
         secrets: SecretResolver | None = None,
         ipc: bool = False,
         publish_watch: PublishWatch | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.settings = settings
         self.storage = Storage(settings.storage)
@@ -107,6 +108,9 @@ class CameraService:
 
         self._secrets = secrets
         self._metrics = metrics
+        # The component's: a failed thread is alarmed and counted there, and a dead one
+        # keeps readiness off.
+        self._supervisor = supervisor or Supervisor(metrics)
 
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -128,6 +132,7 @@ class CameraService:
             lifecycle=settings.capture_lifecycle_events,
             max_queued_events=settings.max_queued_events,
             publish_watch=publish_watch,
+            supervisor=self._supervisor,
         )
         self._storage_watch = StorageWatch(
             self.storage, announcer, settings.storage.check_interval_ms / 1000
@@ -194,7 +199,7 @@ class CameraService:
         # Supervised: a failure is logged, counted and the loop restarted (until stopping),
         # instead of a dispatcher or the deadline watch ending unseen.
         body = functools.partial(target, *args)
-        thread = Supervisor(self._metrics).thread(name, body, self._stopping)
+        thread = self._supervisor.thread(name, body, self._stopping)
         thread.start()
         # Reloads start and end dispatchers: only the live ones are kept.
         self._threads = [*(t for t in self._threads if t.is_alive()), thread]

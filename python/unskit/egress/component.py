@@ -75,7 +75,12 @@ class FileEgress:
         )
         try:
             self.pipeline = Pipeline(
-                settings, self.state, metrics=runtime.metrics, events=self._event, secrets=secrets
+                settings,
+                self.state,
+                metrics=runtime.metrics,
+                events=self._event,
+                secrets=secrets,
+                supervisor=runtime.supervisor,
             ).start()
         except BaseException:
             self.state.close()

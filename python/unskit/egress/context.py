@@ -13,6 +13,7 @@ from unskit.egress.backends import safe_relative
 from unskit.egress.config import InstanceSpec
 from unskit.egress.state import EgressState
 from unskit.runtime.metrics import MetricsRegistry
+from unskit.runtime.supervision import Supervisor
 
 __all__ = ["EventSink", "InstanceContext", "ProgressSink", "no_events"]
 
@@ -38,6 +39,8 @@ class InstanceContext:
     # One-shot mode (`unskit egress send`): these files, by relative path, instead of a
     # watched directory; they are delivered but never deleted or archived.
     files: dict[str, Path] | None = None
+    # The component's (its failures alarm and count there); None: one of the context's own.
+    supervisor: Supervisor | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
     # Set while paused or stopping: transfers in flight stop at their next chunk.
     halt: threading.Event = field(default_factory=threading.Event)

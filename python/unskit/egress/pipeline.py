@@ -25,6 +25,7 @@ from unskit.egress.throttle import TokenBucket
 from unskit.egress.worker import DeliveryClaims, DestinationWorker
 from unskit.errors import ConfigError, ConfigIssue, UnskitError
 from unskit.runtime.metrics import MetricsRegistry
+from unskit.runtime.supervision import Supervisor
 
 __all__ = ["EventSink", "InstancePipeline", "Pipeline", "ProgressSink"]
 
@@ -50,11 +51,17 @@ class InstancePipeline:
         progress: ProgressSink | None = None,
         watch: bool = True,
         files: Mapping[str, Path] | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.spec = spec
         self.state = state
         self._context = InstanceContext(
-            spec, state, metrics, events, files=dict(files) if files is not None else None
+            spec,
+            state,
+            metrics,
+            events,
+            files=dict(files) if files is not None else None,
+            supervisor=supervisor,
         )
         # One backend (one connection) per worker: maxConcurrentFiles per destination.
         backends: list[list[Backend]] = []
@@ -255,10 +262,12 @@ class Pipeline:
         secrets: SecretResolver | None = None,
         progress: ProgressSink | None = None,
         watch: bool = True,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.settings = settings
         self.state = state
         self._metrics = metrics
+        self._supervisor = supervisor
         self._events = events
         self._progress = progress
         self._watch = watch
@@ -281,6 +290,7 @@ class Pipeline:
                     shared_buckets=(self._shared,),
                     progress_interval_s=self.settings.progress_interval_s,
                     progress=self._progress,
+                    supervisor=self._supervisor,
                     watch=self._watch,
                 )
         except BaseException:

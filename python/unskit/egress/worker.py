@@ -87,7 +87,8 @@ class DestinationWorker:
         self.current: str | None = None
         # Supervised: a failure outside a transfer (the state database, a bug) is logged,
         # counted and the worker restarted, instead of the instance losing a worker unseen.
-        self.thread = Supervisor(context.metrics).thread(
+        supervisor = context.supervisor or Supervisor(context.metrics)
+        self.thread = supervisor.thread(
             f"egress-{context.id}-{spec.id}-{slot}", self._run, context.stopping
         )
 

@@ -353,6 +353,7 @@ class Runtime:
             else None
         )
         self.events = Events(self._messaging, self.topics, stamp=config)
+        self.supervisor.attach_alarms(self.events)
         links = ("local", "northbound") if messaging_config.northbound is not None else ("local",)
         self.publish_watch = PublishWatch(self._messaging, self.events, links).start()
         for link in links:

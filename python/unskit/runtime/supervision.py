@@ -4,7 +4,10 @@ thread goes through.
 `Supervisor.thread` runs a loop body on a daemon thread. An exception that escapes the body
 is logged with its traceback, counted in ``runtime/threadFailures{thread}`` and the body is
 run again after a jittered backoff that doubles per failure in a row (`RESTART_MIN_S` to
-`RESTART_MAX_S`), until the thread is stopped; a body that returns has ended normally. A
+`RESTART_MAX_S`), until the thread is stopped; a body that returns has ended normally. Once
+the component's events are attached, a failure also raises the component alarm
+``thread-failed`` (warning; context: every thread in a failure streak with its last error),
+cleared when each restarted thread has run `RESTART_MAX_S` without failing again (or ended). A
 body given ``restart=False`` is not run again: its part is recorded as dead and the
 component's readiness reports not ready while it is. A part that restarts on its own terms
 (a southbound instance, with its reconnect backoff and its alarm) reports its failures
@@ -22,12 +25,14 @@ import threading
 import time
 from collections.abc import Callable
 
+from unskit.runtime.events import Events, Severity
 from unskit.runtime.metrics import Counter, MetricsRegistry
 
 __all__ = [
     "RESTART_MAX_S",
     "RESTART_MIN_S",
     "RUNTIME_FAMILY",
+    "THREAD_FAILED",
     "THREAD_FAILURES",
     "Supervisor",
 ]
@@ -40,6 +45,8 @@ THREAD_FAILURES = "threadFailures"
 #: Restart backoff of a supervised thread: the first window, and the ceiling it doubles to.
 RESTART_MIN_S = 1.0
 RESTART_MAX_S = 60.0
+#: The component alarm raised while a supervised thread is in a failure streak.
+THREAD_FAILED = "thread-failed"
 
 
 class Supervisor:
@@ -61,6 +68,17 @@ class Supervisor:
         self._lock = threading.Lock()
         self._dead: dict[str, str] = {}
         self._checks: dict[str, Callable[[], str | None]] = {}
+        self._alarms: Events | None = None
+        # Threads in a failure streak: name -> their last error, until they settle.
+        self._failing: dict[str, str] = {}
+
+    def attach_alarms(self, alarms: Events) -> None:
+        """From now on a failure raises ``thread-failed`` through `alarms` (the Events)."""
+        with self._lock:
+            self._alarms = alarms
+            failing = dict(self._failing)
+        if failing:
+            self._announce(failing)
 
     # -- failures ---------------------------------------------------------------------------
 
@@ -103,24 +121,69 @@ class Supervisor:
         """Runs `body` on the calling thread: again after the backoff when it raises (or, with
         `restart` False, marks `name` dead); returns when it returns or `stop` is set."""
         failures = 0
-        while not stop.is_set():
-            started = time.monotonic()
-            try:
-                body()
-                return
-            except Exception as error:
-                self.failed(name, error)
-                if not restart:
-                    self.mark_dead(name, f"{type(error).__name__}: {error}")
+        settle: threading.Timer | None = None
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    body()
                     return
-            # A body that ran a whole ceiling window before failing starts the backoff afresh.
-            if time.monotonic() - started >= self._restart_max_s:
-                failures = 0
-            ceiling = min(self._restart_max_s, self._restart_min_s * 2 ** min(failures, 30))
-            failures += 1
-            delay = self._rng.uniform(self._restart_min_s, ceiling)
-            _log.warning("thread %s restarts in %.2f s", name, delay)
-            stop.wait(delay)
+                except Exception as error:
+                    if settle is not None:
+                        settle.cancel()
+                    self.failed(name, error)
+                    self._streak(name, f"{type(error).__name__}: {error}")
+                    if not restart:
+                        self.mark_dead(name, f"{type(error).__name__}: {error}")
+                        return
+                failures = self._backoff(name, started, failures, stop)
+                # The alarm clears once the restarted body has run a whole ceiling window.
+                settle = threading.Timer(self._restart_max_s, self._settled, args=(name,))
+                settle.daemon = True
+                settle.start()
+        finally:
+            if settle is not None:
+                settle.cancel()
+            if restart:
+                self._settled(name)
+
+    def _backoff(self, name: str, started: float, failures: int, stop: threading.Event) -> int:
+        # A body that ran a whole ceiling window before failing starts the backoff afresh.
+        if time.monotonic() - started >= self._restart_max_s:
+            failures = 0
+        ceiling = min(self._restart_max_s, self._restart_min_s * 2 ** min(failures, 30))
+        delay = self._rng.uniform(self._restart_min_s, ceiling)
+        _log.warning("thread %s restarts in %.2f s", name, delay)
+        stop.wait(delay)
+        return failures + 1
+
+    def _streak(self, name: str, error: str) -> None:
+        with self._lock:
+            self._failing[name] = error
+            failing = dict(self._failing)
+        self._announce(failing)
+
+    def _settled(self, name: str) -> None:
+        with self._lock:
+            if self._failing.pop(name, None) is None or self._failing:
+                return
+            alarms = self._alarms
+        if alarms is not None:
+            self._try(lambda: alarms.clear_alarm(THREAD_FAILED))
+
+    def _announce(self, failing: dict[str, str]) -> None:
+        alarms = self._alarms
+        if alarms is not None:
+            context = {"threads": failing}
+            self._try(lambda: alarms.raise_alarm(THREAD_FAILED, context, severity=Severity.WARNING))
+
+    @staticmethod
+    def _try(announce: Callable[[], object]) -> None:
+        # The alarm is news about a failure; failing to publish it must not add another.
+        try:
+            announce()
+        except Exception:
+            _log.warning("the %s alarm could not be published", THREAD_FAILED, exc_info=True)
 
     # -- readiness --------------------------------------------------------------------------
 
