@@ -15,7 +15,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from unskit import __version__
+from unskit._core import __version__
 from unskit.commands.client import add_call_parser
 from unskit.config.loader import ConfigLoader, add_config_arguments, resolve_config
 from unskit.config.schema import check_schema
