@@ -8,6 +8,10 @@ Every SOAP failure becomes a `SoapDeviceError`: no answer (refused, timed out) i
 DEVICE_UNAVAILABLE, and the device is then not asked again for `retryAfterMs`, so a dead
 camera costs a command at most one SOAP timeout per interval; a SOAP fault, XML that does not
 parse or fit the schema, or refused credentials are BACKEND_ERROR.
+
+This module holds `OnvifBackend` (the connection and the Backend interface); the SOAP, the
+only import of zeep, is in `onvifsoap.py` and the PTZ head in `onvifptz.py`, whose names are
+re-exported here.
 """
 
 from __future__ import annotations
@@ -15,27 +19,30 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
-import onvif
-import requests
-from lxml.etree import XMLSyntaxError
-from zeep import Client, Settings
-from zeep.exceptions import Error as ZeepError
-from zeep.exceptions import Fault, TransportError
-from zeep.transports import Transport
-from zeep.wsdl import Document
-from zeep.wsse.username import UsernameToken
-
-from unskit.camera.backends import AXES, Acquired, Preset, PtzHead, PtzStatus, redacted_uri
+from unskit.camera.backends import Acquired, PtzHead, redacted_uri
+from unskit.camera.backends.onvifptz import OnvifPtzHead
+from unskit.camera.backends.onvifsoap import (
+    _T,
+    DEVICE_BINDING,
+    MEDIA_BINDING,
+    PTZ_BINDING,
+    Client,
+    _client,
+    _ClockedToken,
+    _text,
+    device_information,
+    soap_call,
+    wsdl_document,
+)
 from unskit.camera.backends.snapshot import SnapshotBackend
 from unskit.commands.codes import ErrorCode
 from unskit.config.secrets import SecretRef, SecretResolver, resolve_value
-from unskit.errors import CommandError, SecretError, SoapDeviceError
+from unskit.errors import SecretError, SoapDeviceError
 
 __all__ = [
     "DEVICE_BINDING",
@@ -49,135 +56,9 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-_T = TypeVar("_T")
-
-WSDL_DIR = os.path.join(os.path.dirname(onvif.__file__), "wsdl")
-DEVICE_BINDING = "{http://www.onvif.org/ver10/device/wsdl}DeviceBinding"
-MEDIA_BINDING = "{http://www.onvif.org/ver10/media/wsdl}MediaBinding"
-PTZ_BINDING = "{http://www.onvif.org/ver20/ptz/wsdl}PTZBinding"
-_WSDL_FILES = {
-    DEVICE_BINDING: "devicemgmt.wsdl",
-    MEDIA_BINDING: "media.wsdl",
-    PTZ_BINDING: "ptz.wsdl",
-}
 
 DEFAULT_SOAP_TIMEOUT_MS = 5000
 DEFAULT_RETRY_AFTER_MS = 10_000
-# zeep parses a device's answer with these: no DTD, entities or network lookups.
-SETTINGS = Settings(
-    strict=False, xml_huge_tree=False, forbid_dtd=True, forbid_entities=True, forbid_external=True
-)
-
-_documents: dict[str, Document] = {}
-_documents_lock = threading.Lock()
-
-
-def wsdl_document(binding: str) -> Document:
-    """The parsed WSDL of a binding, loaded once per process (the ONVIF schema takes ~1 s)."""
-    with _documents_lock:
-        document = _documents.get(binding)
-        if document is None:
-            path = os.path.join(WSDL_DIR, _WSDL_FILES[binding])
-            # zeep annotates the transport as a class, but takes an instance.
-            document = Document(path, Transport(), settings=SETTINGS)  # type: ignore[arg-type]
-            _documents[binding] = document
-        return document
-
-
-def _fault_subcodes(fault: Fault) -> list[str]:
-    return [getattr(code, "localname", str(code)) for code in (fault.subcodes or [])]
-
-
-def soap_call(where: str, what: str, call: Callable[[], _T]) -> _T:
-    """Runs one SOAP operation, every failure as a SoapDeviceError naming `where` and `what`."""
-    try:
-        return call()
-    except Fault as fault:
-        subcodes = _fault_subcodes(fault)
-        detail = f"{fault.message or 'no reason given'}" + (
-            f" ({', '.join(subcodes)})" if subcodes else ""
-        )
-        if "NotAuthorized" in subcodes:
-            raise SoapDeviceError(
-                ErrorCode.BACKEND_ERROR,
-                f"{where} refused the credentials for {what}: {detail}",
-                retriable=False,
-            ) from None
-        if "NoToken" in subcodes or "NoEntity" in subcodes:
-            raise SoapDeviceError(
-                ErrorCode.BAD_ARGS, f"{where} knows no such token for {what}: {detail}"
-            ) from None
-        if "TooManyPresets" in subcodes:
-            raise SoapDeviceError(
-                ErrorCode.RESOURCE_LIMIT, f"{where} holds no more presets: {detail}"
-            ) from None
-        raise SoapDeviceError(
-            ErrorCode.BACKEND_ERROR, f"{where} answered {what} with a SOAP fault: {detail}"
-        ) from None
-    except TransportError as error:
-        if error.status_code in (401, 403):
-            raise SoapDeviceError(
-                ErrorCode.BACKEND_ERROR,
-                f"{where} refused the credentials for {what} (HTTP {error.status_code})",
-                retriable=False,
-            ) from None
-        reason = str(error.message).split("\n", 1)[0][:300]
-        raise SoapDeviceError(
-            ErrorCode.BACKEND_ERROR, f"{where} answered {what} with no SOAP reply: {reason}"
-        ) from None
-    except requests.Timeout:
-        raise SoapDeviceError(
-            ErrorCode.DEVICE_UNAVAILABLE, f"{where} did not answer {what} in time"
-        ) from None
-    except requests.RequestException as error:
-        raise SoapDeviceError(
-            ErrorCode.DEVICE_UNAVAILABLE,
-            f"{where} cannot be reached for {what}: {type(error).__name__}",
-        ) from None
-    except (XMLSyntaxError, ZeepError, ValueError, TypeError, AttributeError) as error:
-        # zeep raises these for answers that do not parse or do not fit the schema.
-        message = str(error).split("\n", 1)[0][:300]
-        raise SoapDeviceError(
-            ErrorCode.BACKEND_ERROR, f"{where} answered {what} with malformed XML: {message}"
-        ) from None
-
-
-def _client(binding: str, timeout_s: float, wsse: Any = None) -> Client:
-    session = requests.Session()
-    # Loopback and LAN devices: a proxy from the environment would only get in the way.
-    session.trust_env = False
-    transport = Transport(session=session, timeout=timeout_s, operation_timeout=timeout_s)
-    return Client(wsdl_document(binding), wsse=wsse, transport=transport, settings=SETTINGS)
-
-
-def device_information(uri: str, timeout_s: float) -> dict[str, Any]:
-    """A credential-free GetDeviceInformation (discovery); raises SoapDeviceError."""
-    client = _client(DEVICE_BINDING, timeout_s)
-    try:
-        service = client.create_service(DEVICE_BINDING, uri)
-        info = soap_call(redacted_uri(uri), "GetDeviceInformation", service.GetDeviceInformation)
-        return {
-            "vendor": info.Manufacturer,
-            "model": info.Model,
-            "firmware": info.FirmwareVersion,
-        }
-    finally:
-        client.transport.session.close()
-
-
-class _ClockedToken(UsernameToken):
-    """A digest UsernameToken whose Created follows the device's clock (a camera refuses a
-    token stamped too far from its own time)."""
-
-    def __init__(self, username: str, password: str) -> None:
-        super().__init__(username, password, use_digest=True)
-        self.offset = dt.timedelta()
-
-    def apply(self, envelope: Any, headers: Any) -> Any:
-        now = dt.datetime.now(dt.timezone.utc) + self.offset
-        self.created = now.replace(tzinfo=None)
-        self.zulu_timestamp = True
-        return super().apply(envelope, headers)
 
 
 @dataclasses.dataclass
@@ -199,10 +80,6 @@ class _Link:
 
 
 _IDENTITY = ("Manufacturer", "Model", "FirmwareVersion", "SerialNumber")
-
-
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 class OnvifBackend:
@@ -461,188 +338,3 @@ def _clock_offset(clock: Any) -> dt.timedelta:
     except (AttributeError, TypeError, ValueError):
         return dt.timedelta()
     return device - dt.datetime.now(dt.timezone.utc)
-
-
-def _vector(values: Mapping[str, float], fill: Mapping[str, float]) -> dict[str, Any]:
-    """An ONVIF PTZVector or PTZSpeed from normalized axes: PanTilt carries pan and tilt
-    together, so a missing one of the pair comes from `fill`."""
-    vector: dict[str, Any] = {}
-    if "pan" in values or "tilt" in values:
-        vector["PanTilt"] = {
-            "x": values.get("pan", fill.get("pan", 0.0)),
-            "y": values.get("tilt", fill.get("tilt", 0.0)),
-        }
-    if "zoom" in values:
-        vector["Zoom"] = {"x": values["zoom"]}
-    return vector
-
-
-class OnvifPtzHead:
-    """The PTZ service of the camera's media profile, as a backend-neutral head."""
-
-    def __init__(self, backend: OnvifBackend) -> None:
-        self._backend = backend
-        self._known = threading.Lock()
-        # Axes this adapter set moving continuously, and the last GetStatus's motion (reset
-        # by every command): what known_moving answers without asking the camera.
-        self._continuous: set[str] = set()
-        self._observed: bool | None = None
-
-    def known_moving(self) -> bool:
-        """Whether the head moves, from the commands sent and the last status observed."""
-        with self._known:
-            return bool(self._continuous) or bool(self._observed)
-
-    def _commanded(self, continuous: set[str] | None = None, stopped: tuple[str, ...] = ()) -> None:
-        with self._known:
-            self._observed = None
-            if continuous is None:
-                self._continuous.difference_update(stopped or AXES)
-            else:
-                self._continuous.difference_update(stopped)
-                self._continuous |= continuous
-
-    def _ptz(self, what: str, action: Callable[[Any, str], _T]) -> _T:
-        def run(link: _Link) -> _T:
-            if link.ptz is None:
-                raise SoapDeviceError(
-                    ErrorCode.UNSUPPORTED_CAPABILITY,
-                    f"{self._backend.where} has no PTZ service for profile {link.profile!r}",
-                    retriable=False,
-                )
-            return soap_call(self._backend.where, what, lambda: action(link.ptz, link.profile))
-
-        return self._backend.call(what, run)
-
-    def _position(self, service: Any, profile: str) -> dict[str, float]:
-        return self._position_of(service.GetStatus(ProfileToken=profile)) or {}
-
-    def status(self) -> PtzStatus:
-        """GetStatus; a device that does not answer is reported unavailable, not raised."""
-
-        def ask(service: Any, profile: str) -> PtzStatus:
-            status = service.GetStatus(ProfileToken=profile)
-            position = self._position_of(status)
-            move = getattr(status, "MoveStatus", None)
-            states = [
-                str(state)
-                for state in (getattr(move, "PanTilt", None), getattr(move, "Zoom", None))
-                if state is not None
-            ]
-            known = [state for state in states if state != "UNKNOWN"]
-            moving = None if not known else any(state == "MOVING" for state in known)
-            with self._known:
-                self._observed = moving
-                if moving is False:
-                    self._continuous.clear()
-            return PtzStatus(position, moving)
-
-        try:
-            return self._ptz("GetStatus", ask)
-        except CommandError as error:
-            _log.debug("ONVIF camera %s: no PTZ status: %s", self._backend.where, error)
-            return PtzStatus(None, None, available=False)
-
-    @staticmethod
-    def _position_of(status: Any) -> dict[str, float] | None:
-        position = getattr(status, "Position", None)
-        if position is None:
-            return None
-        found: dict[str, float] = {}
-        pan_tilt = getattr(position, "PanTilt", None)
-        if pan_tilt is not None:
-            found["pan"], found["tilt"] = float(pan_tilt.x), float(pan_tilt.y)
-        zoom = getattr(position, "Zoom", None)
-        if zoom is not None:
-            found["zoom"] = float(zoom.x)
-        return found or None
-
-    def continuous(self, velocity: Mapping[str, float]) -> None:
-        """ContinuousMove without a device timeout (the adapter arms the stop)."""
-        self._ptz(
-            "ContinuousMove",
-            lambda service, profile: service.ContinuousMove(
-                ProfileToken=profile, Velocity=_vector(velocity, {})
-            ),
-        )
-        self._commanded(
-            continuous={axis for axis, value in velocity.items() if value},
-            stopped=tuple(axis for axis, value in velocity.items() if not value),
-        )
-
-    def absolute(self, position: Mapping[str, float], speed: Mapping[str, float]) -> None:
-        """AbsoluteMove; a lone pan or tilt keeps the other where it is."""
-
-        def move(service: Any, profile: str) -> Any:
-            fill = (
-                self._position(service, profile)
-                if len(position.keys() & {"pan", "tilt"}) == 1
-                else {}
-            )
-            arguments: dict[str, Any] = {
-                "ProfileToken": profile,
-                "Position": _vector(position, fill),
-            }
-            if speed:
-                arguments["Speed"] = _vector(speed, {"pan": 1.0, "tilt": 1.0})
-            return service.AbsoluteMove(**arguments)
-
-        self._ptz("AbsoluteMove", move)
-        self._commanded(stopped=tuple(position))
-
-    def relative(self, translation: Mapping[str, float], speed: Mapping[str, float]) -> None:
-        """RelativeMove; a missing axis of a pair moves by 0."""
-
-        def move(service: Any, profile: str) -> Any:
-            arguments: dict[str, Any] = {
-                "ProfileToken": profile,
-                "Translation": _vector(translation, {}),
-            }
-            if speed:
-                arguments["Speed"] = _vector(speed, {"pan": 1.0, "tilt": 1.0})
-            return service.RelativeMove(**arguments)
-
-        self._ptz("RelativeMove", move)
-        self._commanded(stopped=tuple(translation))
-
-    def stop(self, axes: tuple[str, ...]) -> None:
-        """Stop: pan or tilt stops the PanTilt pair (ONVIF stops them together)."""
-        pan_tilt = "pan" in axes or "tilt" in axes
-        self._ptz(
-            "Stop",
-            lambda service, profile: service.Stop(
-                ProfileToken=profile, PanTilt=pan_tilt, Zoom="zoom" in axes
-            ),
-        )
-        self._commanded(stopped=("pan", "tilt", *axes) if pan_tilt else axes)
-
-    def presets(self) -> list[Preset]:
-        """GetPresets, in the device's order."""
-
-        def ask(service: Any, profile: str) -> list[Preset]:
-            found = service.GetPresets(ProfileToken=profile) or []
-            return [Preset(str(p.token), _text(getattr(p, "Name", None))) for p in found]
-
-        return self._ptz("GetPresets", ask)
-
-    def goto_preset(self, token: str) -> None:
-        """GotoPreset."""
-        self._ptz(
-            "GotoPreset",
-            lambda service, profile: service.GotoPreset(ProfileToken=profile, PresetToken=token),
-        )
-        self._commanded(stopped=AXES)
-
-    def set_preset(self, name: str) -> str:
-        """SetPreset of a new preset; the device issues the token."""
-        return self._ptz(
-            "SetPreset",
-            lambda service, profile: str(service.SetPreset(ProfileToken=profile, PresetName=name)),
-        )
-
-    def remove_preset(self, token: str) -> None:
-        """RemovePreset."""
-        self._ptz(
-            "RemovePreset",
-            lambda service, profile: service.RemovePreset(ProfileToken=profile, PresetToken=token),
-        )

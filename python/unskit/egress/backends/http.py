@@ -9,35 +9,36 @@ the recorded offset. A server that refuses ranged PUTs, or answers one but does 
 the object, gets whole-file PUTs from then on (logged once). POST (and `resumable: false`)
 sends the file in one request. The copy is verified against the source's digest: a
 `Repr-Digest`/`Digest` header of the algorithm when the server gives one, else a ranged GET
-read back and re-hashed."""
+read back and re-hashed.
+
+This module holds `HttpBackend`; what it decides without requests is in `httprules.py` and
+the bytes of a delivery (request body, read-back) in `httpstreams.py`; `target_url` is
+re-exported here."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import logging
-import threading
-import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, BinaryIO
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
 
 from unskit.config.secrets import Secret, SecretRef, SecretResolver, resolve_value
-from unskit.egress.backends import Outcome, Transfer, safe_relative
+from unskit.egress.backends import Outcome, Transfer
+from unskit.egress.backends.httprules import (
+    _DIGEST_NAMES,
+    _reported_digest,
+    _traits_for,
+    target_url,
+)
+from unskit.egress.backends.httpstreams import _Body, _ReadBack, _Sent
 from unskit.egress.backends.remote import CHUNK, bundle_fields, hash_prefix
 from unskit.egress.verify import Algorithm, Digest, new_digest
-from unskit.errors import (
-    DestinationError,
-    EgressError,
-    SourceChangedError,
-    TransferInterruptedError,
-    VerificationError,
-)
+from unskit.errors import DestinationError, EgressError, VerificationError
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "HttpBackend", "target_url"]
 
@@ -52,140 +53,6 @@ _CREDENTIAL_FIELDS = ("bearerToken", "username", "password")
 _NO_RANGES = frozenset({400, 411, 416, 501})
 #: Socket send size: urllib3's 16 KiB default costs a Python call per 16 KiB.
 _BLOCK = 256 * 1024
-#: The digest-field names of each algorithm (RFC 9530 and RFC 3230 share them).
-_DIGEST_NAMES = {Algorithm.SHA256: "sha-256", Algorithm.CRC32C: "crc32c"}
-
-
-def target_url(base: str, relative: PurePosixPath) -> str:
-    """`base` with the source-relative path joined onto its path, each segment
-    percent-encoded ('..' and absolute paths refused)."""
-    rel = str(safe_relative(str(relative)))
-    parts = urlsplit(base)
-    encoded = "/".join(quote(segment, safe="") for segment in rel.split("/"))
-    path = parts.path.rstrip("/") + "/" + encoded
-    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
-
-
-def _reported_digest(headers: Mapping[str, str], algorithm: Algorithm) -> bytes | None:
-    """The digest of `algorithm` a `Repr-Digest` (RFC 9530) or `Digest` (RFC 3230) header
-    carries, or None."""
-    wanted = _DIGEST_NAMES[algorithm]
-    for header in ("Repr-Digest", "Digest"):
-        for item in (headers.get(header) or "").split(","):
-            name, _, value = item.strip().partition("=")
-            if name.strip().lower() != wanted:
-                continue
-            with contextlib.suppress(ValueError):
-                return base64.b64decode(value.strip().strip(":"), validate=True)
-    return None
-
-
-class _Body:
-    """`length` bytes of the source as a request body: each block passes the throttle, feeds
-    the digest and counts as progress."""
-
-    def __init__(self, source: BinaryIO, length: int, digest: Digest, transfer: Transfer) -> None:
-        self._source = source
-        self._length = length
-        self._remaining = length
-        self._digest = digest
-        self._transfer = transfer
-
-    def __len__(self) -> int:
-        return self._length
-
-    def read(self, size: int = -1) -> bytes:
-        if self._remaining <= 0:
-            return b""
-        size = self._remaining if size is None or size < 0 else min(size, self._remaining)
-        block = self._source.read(min(size, CHUNK))
-        if not block:
-            raise SourceChangedError(f"{self._transfer.relative} shrank while it was sent")
-        if not self._transfer.throttle.acquire(len(block)):
-            raise TransferInterruptedError(f"{self._transfer.relative}: interrupted")
-        self._digest.update(block)
-        self._remaining -= len(block)
-        self._transfer.journal.sent(len(block))
-        return block
-
-
-class _ReadBack:
-    """Reads the object back range by range on its own connection while the rest is still
-    being uploaded, so the verification's read costs little time after the last PUT."""
-
-    def __init__(self, backend: HttpBackend, url: str, path: str, size: int) -> None:
-        self._backend = backend
-        self._url = url
-        self._path = path
-        self._size = size
-        self.digest = new_digest(backend.algorithm)
-        self._read = 0
-        self._available = 0
-        self._finished = False
-        self._stopped = False
-        self._error: BaseException | None = None
-        self._ignored = False
-        self._changed = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="egress-http-readback", daemon=True)
-        self._thread.start()
-
-    def advance(self, position: int) -> None:
-        """Bytes 0..position are at the server."""
-        with self._changed:
-            self._available = position
-            self._changed.notify()
-
-    def finish(self) -> bytes | None:
-        """The digest of the whole object once read; None when the server ignored ranges
-        (the caller reads it back whole). Raises what the reading raised."""
-        self.advance(self._size)
-        with self._changed:
-            self._finished = True
-            self._changed.notify()
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return None if self._ignored else self.digest.digest()
-
-    def stop(self) -> None:
-        """Ends the thread without a result (the upload failed or went whole)."""
-        with self._changed:
-            self._stopped = True
-            self._changed.notify()
-        self._thread.join()
-
-    def _run(self) -> None:
-        try:
-            while True:
-                with self._changed:
-                    while not self._stopped and self._read >= self._available:
-                        if self._finished:
-                            return
-                        self._changed.wait()
-                    if self._stopped:
-                        return
-                    start, end = self._read, self._available
-                if not self._backend.read_range(
-                    self._url, self._path, start, end, self._size, self.digest, reader=True
-                ):
-                    self._ignored = True
-                    return
-                self._read = end
-        except BaseException as exc:  # handed to the uploading thread by finish()
-            self._error = exc
-
-
-@dataclass(frozen=True)
-class _Sent:
-    """What one upload did: where it resumed, the bytes it sent, the last reply's headers,
-    the digest of the whole file as sent."""
-
-    resumed_from: int
-    bytes: int
-    headers: Mapping[str, str]
-    digest: Digest
-    #: The read-back running behind the upload, if one was started.
-    readback: _ReadBack | None = None
 
 
 class _BlockAdapter(HTTPAdapter):
@@ -194,33 +61,6 @@ class _BlockAdapter(HTTPAdapter):
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("blocksize", _BLOCK)
         super().init_poolmanager(*args, **kwargs)
-
-
-class _ServerTraits:
-    """What a destination's backends learned of its server, shared by its workers
-    (maxConcurrentFiles): one finding, logged once, applies to every connection."""
-
-    def __init__(self, ranges: bool) -> None:
-        self.lock = threading.Lock()
-        #: False once the server showed it cannot write at an offset: whole-file PUTs.
-        self.ranges = ranges
-        #: Whether a HEAD reports the digest (None: not known yet); False skips that HEAD.
-        self.head_digests: bool | None = None
-
-
-_TRAITS: weakref.WeakValueDictionary[tuple[str, str, bool], _ServerTraits] = (
-    weakref.WeakValueDictionary()
-)
-_TRAITS_LOCK = threading.Lock()
-
-
-def _traits_for(url: str, method: str, resumable: bool) -> _ServerTraits:
-    with _TRAITS_LOCK:
-        traits = _TRAITS.get((url, method, resumable))
-        if traits is None:
-            traits = _ServerTraits(resumable)
-            _TRAITS[(url, method, resumable)] = traits
-        return traits
 
 
 class HttpBackend:
