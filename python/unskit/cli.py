@@ -21,7 +21,7 @@ from unskit.config.loader import ConfigLoader, add_config_arguments, resolve_con
 from unskit.config.schema import check_schema
 from unskit.config.secrets import SecretRef
 from unskit.config.vault import DEFAULT_KEY_ENV, Vault, VaultKey
-from unskit.demo.supervisor import add_demo_parser
+from unskit.demo.cli import add_demo_parser
 from unskit.egress.cli import add_egress_parser
 from unskit.errors import ConfigError, ConfigIssue, SecretError
 from unskit.fleet.cli import add_fleet_parser

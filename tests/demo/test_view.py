@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from unskit.demo.supervisor import SOURCE_WIDTH, describe, uns_class
+from unskit.demo.view import SOURCE_WIDTH, describe, uns_class
 from unskit.envelope import Identity, Message, MessageBuilder
 
 ROOT = "uns/gw-01"
