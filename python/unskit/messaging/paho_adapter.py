@@ -1,7 +1,8 @@
 """paho-mqtt's internals, in one place: buffered reads, writes from the publishing thread, the
 count of unacknowledged publishes, and the address the next reconnect dials.
 
-The transport (`messaging/mqtt.py`) uses paho's public API plus this module's surface
+The transport (`messaging/mqtt.py` and its layers `mqtt_connection.py`, `mqtt_publish.py`
+and `mqtt_subscriptions.py`) uses paho's public API plus this module's surface
 (`BufferedClient`, `unacknowledged`, `awaits_acknowledgement`, `retarget`). Every private
 paho name unskit touches is in `PAHO_PRIVATE_NAMES` and used only here. They were checked
 against paho-mqtt 2.1.0 and 2.2.0, hence the pin `paho-mqtt>=2.1,<2.3`;
