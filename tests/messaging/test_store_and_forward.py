@@ -293,9 +293,11 @@ class EnvelopeReceiver(Receiver):
             self.stamps.append((envelope.header.timestamp_ms, i))
 
     def timestamp_order(self) -> list[int]:
-        """Each `i`, sorted by its envelope timestamp (ties in arrival order)."""
+        """Each `i` once (a QoS 1 redelivery is the same envelope), sorted by its envelope
+        timestamp (ties in arrival order)."""
         with self._lock:
-            return [i for _, i in sorted(self.stamps, key=lambda stamp: stamp[0])]
+            stamps = sorted(self.stamps, key=lambda stamp: stamp[0])
+        return list(dict.fromkeys(i for _, i in stamps))
 
     def arrived(self, i: int) -> float | None:
         with self._lock:
