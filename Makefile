@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 # Extras of pyproject.toml the tests, lint and benchmarks need.
-EXTRAS := embedded,egress,http,bucketstore,blobstore,opcua,onvif,recorder,test,lint,bench
+EXTRAS := embedded,edge,egress,http,bucketstore,blobstore,opcua,onvif,recorder,test,lint,bench
 
 .PHONY: help demo test test-unit lint fmt bench bench-check bench-baseline soak chaos fuzz system-deps build-deps venv build wheel clean
 

@@ -80,6 +80,7 @@ SERVER_FIXTURES = frozenset(
         "node_opcua_server",
         "opcua_server",
         "nats",
+        "nucleus",
     }
 )
 

@@ -20,11 +20,13 @@ from unskit.envelope import (
     MessageBuilder,
 )
 from unskit.errors import (
+    AccessDeniedError,
     CaptureError,
     CipError,
     CommandError,
     ConfigError,
     ConfigIssue,
+    EdgeRuntimeError,
     EnvelopeError,
     ImageError,
     MessagingError,
@@ -95,6 +97,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "MAX_OPAQUE_BYTES",
+    "AccessDeniedError",
     "CaptureError",
     "CipError",
     "CommandClient",
@@ -107,6 +110,7 @@ __all__ = [
     "ConfigIssue",
     "ConfigLoader",
     "Crc32c",
+    "EdgeRuntimeError",
     "EnvelopeError",
     "EnvelopeStamp",
     "ErrorCode",

@@ -34,6 +34,9 @@
     │                                    records' file), or a record too large for one
     ├── DeviceError: a southbound device that cannot be reached or answered with an error;
     │                `connection_lost` asks the runtime to reconnect with backoff
+    ├── EdgeRuntimeError: an edge-runtime IPC call that failed (the nucleus not there, the
+    │   │                  connection lost, a request the runtime refused)
+    │   └── AccessDeniedError: the component's recipe lacks the permission (operation, resource)
     ├── EstError: an EST (RFC 7030) enrollment that failed: server unreachable, TLS refused,
     │             an HTTP error, or a reply that is not what the protocol promises
     ├── CaptureError: a camera capture stage that failed (backend, encoding, persistence);
@@ -54,6 +57,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = [
+    "AccessDeniedError",
     "CaptureError",
     "CipError",
     "CommandError",
@@ -62,6 +66,7 @@ __all__ = [
     "CredentialError",
     "DestinationError",
     "DeviceError",
+    "EdgeRuntimeError",
     "EgressError",
     "EnvelopeError",
     "EstError",
@@ -195,6 +200,21 @@ class DeviceError(UnskitError):
         self.connection_lost = connection_lost
         #: A protocol-level status (a CIP general status, an OPC UA status code) when known.
         self.code = code
+
+
+class EdgeRuntimeError(UnskitError):
+    """An edge-runtime IPC call that failed: the nucleus not there, the connection lost, a
+    request the runtime refused."""
+
+
+class AccessDeniedError(EdgeRuntimeError):
+    """The runtime refused an operation the component's recipe does not allow."""
+
+    def __init__(self, message: str, *, operation: str, resource: str = "") -> None:
+        super().__init__(message)
+        #: The IPC operation refused (e.g. ``SubscribeToTopic``) and what it was on.
+        self.operation = operation
+        self.resource = resource
 
 
 class EstError(UnskitError):

@@ -1,0 +1,20 @@
+"""The real edge-runtime nucleus, one per test module, with an allow-everything harness."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.greengrass import Harness, Nucleus
+
+#: The harness component every edge test acts as unless it is about permissions.
+HARNESS = "TestHarness"
+
+
+@pytest.fixture(scope="module")
+def nucleus() -> Iterator[Nucleus]:
+    """A nucleus with the shadow manager and `HARNESS` (every IPC operation allowed)."""
+    runtime = Nucleus([Harness(HARNESS)], shadow_manager=True).start()
+    yield runtime
+    runtime.remove()
