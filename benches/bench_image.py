@@ -7,7 +7,6 @@ Python loop of file writes and hashlib updates."""
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import cv2
 import numpy as np
 import pytest
 
+from benches.interleaved import compare
 from unskit import Crc32c, Sha256, make_thumbnail, thumbnail_from_jpeg, write_hashed
 
 MIB = 1024 * 1024
@@ -85,25 +85,6 @@ def big_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     path.write_bytes(DATA["64MiB"])
     yield path
     path.unlink()
-
-
-def compare(
-    benchmark: Any, ours: Callable[[], Any], anchor: Callable[[], Any], seconds_each: float
-) -> tuple[float, float]:
-    """Best-of-N ops/s of ours and the anchor, run alternately so both see the same load.
-
-    The machine is shared, so a mean swings with whatever else runs; the best of rounds
-    interleaved one by one is what each can do, measured under the same conditions."""
-    rounds = max(7, int(1.5 / seconds_each))
-    best = {"ours": float("inf"), "anchor": float("inf")}
-    for _ in range(rounds):
-        for impl, fn in (("ours", ours), ("anchor", anchor)):
-            start = time.perf_counter()
-            fn()
-            best[impl] = min(best[impl], time.perf_counter() - start)
-    # pytest-benchmark's table shows ours too.
-    benchmark.pedantic(ours, rounds=3, iterations=1, warmup_rounds=1)
-    return 1 / best["ours"], 1 / best["anchor"]
 
 
 def record(

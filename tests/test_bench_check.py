@@ -133,7 +133,7 @@ def test_an_unusable_results_file_fails_the_gate(tmp_path, capsys) -> None:
 
 
 def test_timed_rows_take_the_ratio_of_the_best_rounds(tmp_path) -> None:
-    """The envelope, signal and cip rows: anchor's min over ours's min, not results.json's
+    """The envelope rows: anchor's min over ours's min, not results.json's
     mean-based ratio (which swings with the machine's other load)."""
     ours = {"case": "decode", "body": "typical", "impl": "ours"}
     anchor = {**ours, "impl": "anchor"}
