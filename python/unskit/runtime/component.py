@@ -124,7 +124,7 @@ class Runtime(_Stopping, _Reconfiguring):
         if probes or self.lifecycle is not None:
             # The edge runtime's RUNNING waits on readiness too, probes or none.
             self.readiness = ReadinessState(self._answers)
-        if probes:
+        if probes and self.readiness is not None:
             self.health = HealthServer(config.health, self.readiness)
         coordinator = ShutdownCoordinator(
             self.readiness, self.health, on_signal=self._stop_requested
