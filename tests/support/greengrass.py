@@ -29,6 +29,9 @@ _DEFAULT_DIR = Path(__file__).resolve().parents[3] / "shared" / "greengrass"
 THING_NAME = "gw-01"
 REGION = "us-east-1"
 SOCKET_ENV = "AWS_GG_NUCLEUS_DOMAIN_SOCKET_FILEPATH_FOR_COMPONENT"
+#: The CLI service's version: its client must be unpacked under it, where the service's
+#: bin/greengrass-cli symlink points.
+CLI_VERSION = "2.14.0"
 #: Everything allowed: the harness of tests that are not about permissions.
 ALLOW_ALL: dict[str, Any] = {
     "aws.greengrass.ipc.pubsub": {"harness:pubsub:1": {"operations": ["*"], "resources": ["*"]}},
@@ -128,7 +131,7 @@ class Nucleus:
             }
             dependencies.append("aws.greengrass.ShadowManager")
         if self.cli:
-            services["aws.greengrass.Cli"] = {"version": "2.14.0"}
+            services["aws.greengrass.Cli"] = {"version": CLI_VERSION}
             dependencies.append("aws.greengrass.Cli")
         services.update(self.services)
         dependencies.extend(n for n in self.services if n not in dependencies)
@@ -187,7 +190,7 @@ class Nucleus:
 
     def _unpack_cli(self) -> None:
         target = (
-            self.root / "packages" / "artifacts-unarchived" / "aws.greengrass.Cli" / "0.0.0"
+            self.root / "packages" / "artifacts-unarchived" / "aws.greengrass.Cli" / CLI_VERSION
             / "aws.greengrass.cli.client"
         )  # fmt: skip
         if not target.exists():

@@ -15,6 +15,7 @@ from unskit.commands.idempotency import IdempotencyStore
 from unskit.commands.inbox import CommandInbox
 from unskit.config.loader import ConfigLoader
 from unskit.config.model import ComponentConfig, MessagingConfig
+from unskit.edge.lifecycle import LifecycleReporter
 from unskit.errors import UnskitError
 from unskit.messaging import MessagingClient, ReplyRefusal
 from unskit.runtime.app import ComponentApp
@@ -43,6 +44,8 @@ class _Accessors:
         #: readiness off (`_answers`).
         self.supervisor = Supervisor(self.metrics)
         self.embedded_broker: EmbeddedBroker | None = None
+        #: Reports RUNNING/ERRORED to the edge runtime; None on every other platform.
+        self.lifecycle = LifecycleReporter.for_platform(config.platform)
         self.readiness: ReadinessState | None = None
         self.health: HealthServer | None = None
         self._messaging: MessagingClient | None = None
@@ -165,6 +168,7 @@ class _Accessors:
         ).inc()
 
     def set_ready(self, ready: bool) -> None:
-        """Sets the component's readiness gate; a no-op when the probe server is disabled."""
+        """Sets the component's readiness gate; a no-op when the probe server is disabled
+        (except on the edge runtime, whose lifecycle report waits on readiness)."""
         if self.readiness is not None:
             self.readiness.set_ready(ready)

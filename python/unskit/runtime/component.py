@@ -26,6 +26,7 @@ from importlib.metadata import entry_points
 
 from unskit.config.loader import ConfigLoader, add_config_arguments
 from unskit.config.model import EMBEDDED_HOST, MessagingConfig
+from unskit.edge.lifecycle import report_failed_start
 from unskit.envelope import Message, MessageBuilder
 from unskit.errors import ConfigError, ConfigIssue, UnskitError
 from unskit.messaging import MessagingClient
@@ -119,8 +120,11 @@ class Runtime(_Stopping, _Reconfiguring):
             messaging_config, secrets=secrets, on_reply_refused=self._count_refused_reply
         ).start(hold=True)
 
-        if config.health.enabled_for(config.platform):
+        probes = config.health.enabled_for(config.platform)
+        if probes or self.lifecycle is not None:
+            # The edge runtime's RUNNING waits on readiness too, probes or none.
             self.readiness = ReadinessState(self._answers)
+        if probes and self.readiness is not None:
             self.health = HealthServer(config.health, self.readiness)
         coordinator = ShutdownCoordinator(
             self.readiness, self.health, on_signal=self._stop_requested
@@ -194,6 +198,10 @@ class Runtime(_Stopping, _Reconfiguring):
             self._inbox.start()
         self._messaging.release()
         self._serving = True
+        if self.lifecycle is not None and self.readiness is not None:
+            self.lifecycle.report_when_ready(
+                self.readiness.is_ready, self.readiness.is_shutting_down
+            )
         return self
 
     def _answers(self) -> bool:
@@ -312,4 +320,8 @@ def run_component(
         return Runtime(config).run(app_class(), loader)
     except ConfigError as error:
         print(f"unskit run {name}: {error}", file=sys.stderr)
+        report_failed_start(args.platform)
         return 2
+    except Exception:
+        report_failed_start(args.platform)
+        raise
