@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import pytest
@@ -14,7 +15,7 @@ from tests.support.greengrass import (
     Nucleus,
     greengrass_dir,
 )
-from unskit.edge import IpcConnection, IpcEndpoint
+from unskit.edge import IpcConnection, IpcEndpoint, edge_error
 from unskit.errors import EdgeRuntimeError
 
 pytestmark = pytest.mark.integration
@@ -82,3 +83,12 @@ def test_a_missing_nucleus_names_its_variable(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv(GREENGRASS_DIR_ENV, str(tmp_path))
     with pytest.raises(RuntimeError, match=GREENGRASS_DIR_ENV):
         greengrass_dir()
+
+
+def test_without_the_edge_extra_the_pip_command_is_named(tmp_path, monkeypatch) -> None:
+    for name in ("awsiot", "awsiot.greengrasscoreipc", "awsiot.greengrasscoreipc.clientv2"):
+        monkeypatch.setitem(sys.modules, name, None)  # import now raises ImportError
+    with pytest.raises(EdgeRuntimeError, match=r"pip install 'unskit\[edge\]'"):
+        IpcConnection(IpcEndpoint(str(tmp_path / "ipc.socket"), "token")).connect()
+    # An SDK failure is still an unskit error when the SDK's error types cannot be loaded.
+    assert "UpdateState" in str(edge_error(OSError("gone"), "UpdateState"))

@@ -9,7 +9,6 @@ thread and the callers hand them on to their own bounded queues.
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import os
 import threading
@@ -17,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from unskit.errors import AccessDeniedError, EdgeRuntimeError
+from unskit.errors import AccessDeniedError, EdgeRuntimeError, missing_extra
 
 __all__ = ["SOCKET_ENV", "TOKEN_ENV", "IpcConnection", "IpcEndpoint", "edge_error"]
 
@@ -54,12 +53,14 @@ class IpcEndpoint:
 
 def edge_error(exc: BaseException, operation: str, resource: str = "") -> EdgeRuntimeError:
     """The unskit error for an SDK failure of `operation` (on `resource`, e.g. a topic)."""
-    from awsiot import eventstreamrpc
-    from awsiot.greengrasscoreipc import model
-
     where = f"{operation} {resource}".strip()
     if isinstance(exc, EdgeRuntimeError):
         return exc
+    try:
+        from awsiot import eventstreamrpc
+        from awsiot.greengrasscoreipc import model
+    except ImportError:
+        return EdgeRuntimeError(f"{where}: {type(exc).__name__}: {exc}")
     if isinstance(exc, (eventstreamrpc.AccessDeniedError, model.UnauthorizedError)):
         detail = getattr(exc, "message", None) or ""
         return AccessDeniedError(
@@ -73,7 +74,7 @@ def edge_error(exc: BaseException, operation: str, resource: str = "") -> EdgeRu
         kind = type(exc).__name__.removesuffix("Error")
         detail = getattr(exc, "message", None) or str(exc)
         return EdgeRuntimeError(f"{where}: the edge runtime refused it ({kind}): {detail}")
-    if isinstance(exc, (concurrent.futures.TimeoutError, TimeoutError)):
+    if isinstance(exc, TimeoutError):  # concurrent.futures.TimeoutError too
         return EdgeRuntimeError(f"{where}: the edge runtime did not answer in time")
     if isinstance(exc, (eventstreamrpc.ConnectionClosedError, eventstreamrpc.StreamClosedError)):
         return EdgeRuntimeError(f"{where}: the IPC connection to the edge runtime is closed")
@@ -93,8 +94,13 @@ class IpcConnection:
     def connect(self, timeout: float = CONNECT_TIMEOUT_S) -> None:
         """Opens the connection; EdgeRuntimeError saying why when the nucleus is not there
         or refuses the token."""
-        from awsiot import greengrasscoreipc
-        from awsiot.greengrasscoreipc.clientv2 import GreengrassCoreIPCClientV2
+        try:
+            from awsiot import greengrasscoreipc
+            from awsiot.greengrasscoreipc.clientv2 import GreengrassCoreIPCClientV2
+        except ImportError as exc:
+            raise EdgeRuntimeError(
+                missing_extra("the edge runtime's IPC bus", "awsiotsdk", "edge")
+            ) from exc
 
         socket_path = self.endpoint.socket_path
         if not os.path.exists(socket_path):
@@ -118,7 +124,6 @@ class IpcConnection:
         with self._lock:
             self._client = GreengrassCoreIPCClientV2(client=v1, executor=None)
             self._connected = True
-            handler.armed = True
 
     @property
     def client(self) -> Any:
@@ -157,7 +162,6 @@ class _Lifecycle:
 
     def __init__(self, connection: IpcConnection) -> None:
         self._connection = connection
-        self.armed = False
 
     def on_connect(self) -> None:
         return None

@@ -52,7 +52,6 @@ class LifecycleReporter:
         self._connect = connect
         self._lock = threading.Lock()
         self._reported: list[LifecycleState] = []
-        self._watch: threading.Thread | None = None
 
     @classmethod
     def for_platform(
@@ -114,7 +113,6 @@ class LifecycleReporter:
                 wake.wait(READINESS_POLL_S)
 
         thread = threading.Thread(target=watch, name="unskit-lifecycle", daemon=True)
-        self._watch = thread
         thread.start()
         return thread
 
