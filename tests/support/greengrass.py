@@ -25,7 +25,7 @@ from tests.support.servers import require_binary, wait_until
 
 #: Where the nucleus jars are; defaults to ../shared/greengrass beside the project.
 GREENGRASS_DIR_ENV = "UNSKIT_GREENGRASS_DIR"
-_DEFAULT_DIR = Path(__file__).resolve().parents[3] / "shared" / "greengrass"
+_CHECKOUT = Path(__file__).resolve().parents[2]
 THING_NAME = "gw-01"
 REGION = "us-east-1"
 SOCKET_ENV = "AWS_GG_NUCLEUS_DOMAIN_SOCKET_FILEPATH_FOR_COMPONENT"
@@ -42,15 +42,34 @@ ALLOW_ALL: dict[str, Any] = {
 }
 
 
+def _project_dirs() -> list[Path]:
+    """This checkout, and the project it came from: a clone's origin, a worktree's main
+    checkout (a fresh clone in /tmp has no ../shared of its own)."""
+    found = [_CHECKOUT]
+    for args in (["config", "--get", "remote.origin.url"], ["rev-parse", "--git-common-dir"]):
+        done = subprocess.run(
+            ["git", "-C", str(_CHECKOUT), *args], capture_output=True, text=True, check=False
+        )
+        path = Path(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip() else None
+        if path is not None and path.is_absolute() and path.exists():
+            found.append(path.parent if path.name == ".git" else path)
+    return found
+
+
 def greengrass_dir() -> Path:
     """The folder holding Greengrass.jar; RuntimeError naming the variable when absent."""
-    folder = Path(os.environ.get(GREENGRASS_DIR_ENV) or _DEFAULT_DIR)
-    if not (folder / "Greengrass.jar").is_file():
-        raise RuntimeError(
-            f"the edge-runtime nucleus is not at {folder}: set {GREENGRASS_DIR_ENV} to a folder "
-            "holding Greengrass.jar (README, 'The edge runtime in tests', says how to build it)"
-        )
-    return folder
+    given = os.environ.get(GREENGRASS_DIR_ENV)
+    candidates = (
+        [Path(given)] if given else [p.parent / "shared" / "greengrass" for p in _project_dirs()]
+    )
+    for folder in candidates:
+        if (folder / "Greengrass.jar").is_file():
+            return folder
+    tried = ", ".join(str(c) for c in dict.fromkeys(candidates))
+    raise RuntimeError(
+        f"the edge-runtime nucleus is not at {tried}: set {GREENGRASS_DIR_ENV} to a folder "
+        "holding Greengrass.jar (README, 'The edge runtime in tests', says how to build it)"
+    )
 
 
 @dataclass(frozen=True)
