@@ -217,11 +217,10 @@ def test_no_reporter_off_the_edge_runtime_or_without_its_variables(nucleus: Nucl
         "AWS_GG_NUCLEUS_DOMAIN_SOCKET_FILEPATH_FOR_COMPONENT": str(nucleus.socket_path),
         "SVCUID": "x",
     }
-    assert LifecycleReporter.for_platform(Platform.HOST, env) is None
-    assert LifecycleReporter.for_platform(Platform.CLUSTER, env) is None
-    assert LifecycleReporter.for_platform(Platform.EDGE_RUNTIME, {}) is None
-    assert not report_failed_start("HOST", env)
-    assert not report_failed_start("NOT-A-PLATFORM", env)
+    assert LifecycleReporter.for_component(False, env) is None
+    assert LifecycleReporter.for_component(True, {}) is None
+    assert not report_failed_start(False, env)
+    assert not report_failed_start(True, {})
 
 
 def test_a_failed_report_is_logged_not_raised(

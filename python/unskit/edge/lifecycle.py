@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
 import threading
 from collections.abc import Callable, Mapping
 
-from unskit.config.platform import Platform, detect_platform
 from unskit.edge.connection import IpcConnection, IpcEndpoint, edge_error
 from unskit.errors import EdgeRuntimeError
 
@@ -54,11 +52,11 @@ class LifecycleReporter:
         self._reported: list[LifecycleState] = []
 
     @classmethod
-    def for_platform(
-        cls, platform: Platform, environ: Mapping[str, str] | None = None
+    def for_component(
+        cls, on_edge_runtime: bool, environ: Mapping[str, str] | None = None
     ) -> LifecycleReporter | None:
-        """A reporter on EDGE_RUNTIME when the runtime's IPC variables are set, else None."""
-        if platform is not Platform.EDGE_RUNTIME:
+        """A reporter on the edge runtime when its IPC variables are set, else None."""
+        if not on_edge_runtime:
             return None
         try:
             endpoint = IpcEndpoint.from_environment(environ)
@@ -117,17 +115,9 @@ class LifecycleReporter:
         return thread
 
 
-def report_failed_start(
-    platform: str | Platform | None = None, environ: Mapping[str, str] | None = None
-) -> bool:
-    """Reports ERRORED when this process runs on the edge runtime (`platform` is the
-    explicit override, if any); True when it was reported. For a start-up that failed before
-    a configuration (and so a platform) was resolved, e.g. one the loader refused."""
-    env = os.environ if environ is None else environ
-    try:
-        resolved = detect_platform(env, platform)
-    except ValueError:
-        # The loader already refused the unknown name; without a platform, nothing to tell.
-        return False
-    reporter = LifecycleReporter.for_platform(resolved, env)
+def report_failed_start(on_edge_runtime: bool, environ: Mapping[str, str] | None = None) -> bool:
+    """Reports ERRORED when this process runs on the edge runtime; True when it was reported.
+    For a start-up that failed before a configuration was resolved, e.g. one the loader
+    refused."""
+    reporter = LifecycleReporter.for_component(on_edge_runtime, environ)
     return reporter is not None and reporter.report(LifecycleState.ERRORED)

@@ -15,6 +15,7 @@ from unskit.commands.idempotency import IdempotencyStore
 from unskit.commands.inbox import CommandInbox
 from unskit.config.loader import ConfigLoader
 from unskit.config.model import ComponentConfig, MessagingConfig
+from unskit.config.platform import Platform
 from unskit.edge.lifecycle import LifecycleReporter
 from unskit.errors import UnskitError
 from unskit.messaging import MessagingClient, ReplyRefusal
@@ -45,7 +46,7 @@ class _Accessors:
         self.supervisor = Supervisor(self.metrics)
         self.embedded_broker: EmbeddedBroker | None = None
         #: Reports RUNNING/ERRORED to the edge runtime; None on every other platform.
-        self.lifecycle = LifecycleReporter.for_platform(config.platform)
+        self.lifecycle = LifecycleReporter.for_component(config.platform is Platform.EDGE_RUNTIME)
         self.readiness: ReadinessState | None = None
         self.health: HealthServer | None = None
         self._messaging: MessagingClient | None = None

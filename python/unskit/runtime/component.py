@@ -26,6 +26,7 @@ from importlib.metadata import entry_points
 
 from unskit.config.loader import ConfigLoader, add_config_arguments
 from unskit.config.model import EMBEDDED_HOST, MessagingConfig
+from unskit.config.platform import Platform, detect_platform
 from unskit.edge.lifecycle import report_failed_start
 from unskit.envelope import Message, MessageBuilder
 from unskit.errors import ConfigError, ConfigIssue, UnskitError
@@ -320,8 +321,17 @@ def run_component(
         return Runtime(config).run(app_class(), loader)
     except ConfigError as error:
         print(f"unskit run {name}: {error}", file=sys.stderr)
-        report_failed_start(args.platform)
+        _report_failed_start(args.platform)
         return 2
     except Exception:
-        report_failed_start(args.platform)
+        _report_failed_start(args.platform)
         raise
+
+
+def _report_failed_start(platform: str | None) -> None:
+    """ERRORED to the edge runtime, when on it (`platform` is the --platform override)."""
+    try:
+        resolved = detect_platform(override=platform)
+    except ValueError:
+        return  # the loader already refused the unknown name: no platform, nobody to tell
+    report_failed_start(resolved is Platform.EDGE_RUNTIME)
