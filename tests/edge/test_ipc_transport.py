@@ -11,10 +11,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+
 from tests.edge.conftest import HARNESS
 from tests.support.greengrass import Harness, Nucleus
 from tests.support.servers import wait_until
-
 from unskit import MessageBuilder
 from unskit.config.messaging import IpcConfig
 from unskit.config.model import MessagingConfig
@@ -111,7 +111,8 @@ def test_an_envelope_makes_the_round_trip(bus: Nucleus) -> None:
         assert received.header.uuid == sent.header.uuid
         assert received.body == {"value": 42, "unit": "bar"}
         assert received.to_bytes() == sent.to_bytes()
-        assert client.stats().received == 1 and client.stats().rejected == 0
+        assert client.stats().received == 1
+        assert client.stats().rejected == 0
     finally:
         client.close()
 
@@ -143,7 +144,8 @@ def test_receive_own_messages_false_hears_only_others(bus: Nucleus) -> None:
         heard, all_heard = Inbox(), Inbox()
         others_only.subscribe("t/own/+", heard)
         everything.subscribe("t/own/+", all_heard)
-        assert others_only.wait_subscribed(10) and everything.wait_subscribed(10)
+        assert others_only.wait_subscribed(10)
+        assert everything.wait_subscribed(10)
         others_only.publish("t/own/a", envelope("mine"))
         # The nucleus dispatched it: the receive-all subscription of this component has it.
         wait_until(lambda: "mine" in all_heard.bodies(), 10, "our own message, receive-all")
@@ -191,7 +193,8 @@ def test_the_nucleus_itself_refuses_a_wildcard_publish_topic(bus: Nucleus) -> No
     try:
         future = publish_binary(connection.client, "t/+/x", b"payload")
         error = edge_error(future.exception(10), "PublishToTopic", "t/+/x")
-        assert "InvalidArguments" in str(error) and "t/+/x" in str(error)
+        assert "InvalidArguments" in str(error)
+        assert "t/+/x" in str(error)
     finally:
         connection.close()
 
@@ -204,7 +207,8 @@ def test_request_and_reply_between_two_clients(bus: Nucleus) -> None:
             responder.reply(request, envelope({"echo": request.body}))
 
         responder.subscribe("t/cmd/sb/echo", answer)
-        assert responder.wait_subscribed(10) and requester.wait_subscribed(10)
+        assert responder.wait_subscribed(10)
+        assert requester.wait_subscribed(10)
         future = requester.request("t/cmd/sb/echo", envelope({"n": 1}), timeout_secs=5)
         reply = future.get(10)
         assert reply.body == {"echo": {"n": 1}}
