@@ -14,10 +14,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+
 from tests.edge.conftest import HARNESS
 from tests.support.greengrass import SOCKET_ENV, Harness, Nucleus
 from tests.support.servers import wait_until
-
 from unskit import MessageBuilder
 from unskit.config.messaging import IpcConfig, ReconnectConfig
 from unskit.config.model import MessagingConfig
@@ -188,8 +188,9 @@ def test_a_nucleus_that_is_not_there_is_named_and_retried(
     client.start()
     try:
         wait_until(
-            lambda: sum(f"no IPC socket at {missing}" in r.getMessage() for r in caplog.records)
-            >= 2,
+            lambda: (
+                sum(f"no IPC socket at {missing}" in r.getMessage() for r in caplog.records) >= 2
+            ),
             15,
             "two attempts naming the socket",
         )

@@ -259,6 +259,9 @@ def test_a_subscription_the_recipe_denies_is_logged_and_retried(
         refusals = [r for r in caplog.records if r.levelno == logging.ERROR]
         text = "\n".join(r.getMessage() for r in refusals)
         assert "SubscribeToTopic t/denied/+: access denied" in text
+        # sb/status's messaging part names the operation and the topic too.
+        refused = client.link_status()["refusedSubscriptions"]
+        assert "SubscribeToTopic t/denied/+: access denied" in refused["t/denied/+"]
         # Counted where MQTT's refused SUBACKs are (messaging/refusedSubscriptions), and
         # retried: the count grows.
         first = client.stats().refused_subscriptions

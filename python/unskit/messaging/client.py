@@ -284,6 +284,7 @@ class MessagingClient:
             "connected": transport.is_connected(),
             "endpoint": transport.endpoint,
             "failovers": transport.failovers,
+            "refusedSubscriptions": transport.refused_subscriptions,
         }
 
     def small_messages_only(self) -> bool:

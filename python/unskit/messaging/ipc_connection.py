@@ -60,6 +60,7 @@ class _IpcState:
         self._streams: dict[str, Any] = {}
         self._acknowledged: set[str] = set()
         self._retrying: dict[str, int] = {}
+        self._refusal_reasons: dict[str, str] = {}
         self._retry: int | None = None
         self._timer = timer
         self._own_timer: DeadlineTimer | None = None

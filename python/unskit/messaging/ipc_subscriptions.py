@@ -50,6 +50,7 @@ class _IpcSubscriptions(_IpcState):
                     continue
                 self._acknowledged.discard(topic_filter)
                 self._retrying.pop(topic_filter, None)
+                self._refusal_reasons.pop(topic_filter, None)
                 stream = self._streams.pop(topic_filter, None)
                 if stream is not None:
                     streams.append(stream)
@@ -90,6 +91,15 @@ class _IpcSubscriptions(_IpcState):
         """Filters the nucleus refused that wait for a retry (readiness waits with them)."""
         with self._lock:
             return list(self._retrying)
+
+    @property
+    def refused_subscriptions(self) -> dict[str, str]:
+        """Each filter waiting for a retry, with the nucleus's reason (for sb/status: an
+        AccessDenied names the operation and the topic the recipe does not allow)."""
+        with self._lock:
+            return {
+                f: self._refusal_reasons.get(f, "ended by the edge runtime") for f in self._retrying
+            }
 
     @property
     def filters(self) -> dict[str, QoS]:
@@ -149,12 +159,18 @@ class _IpcSubscriptions(_IpcState):
         self, generation: int, topic_filter: str, stream: Any, answer: Future[Any]
     ) -> None:
         exc = answer.exception()
+        error = (
+            None
+            if exc is None or is_connection_lost(exc)
+            else edge_error(exc, "SubscribeToTopic", topic_filter)
+        )
         with self._lock:
             if generation != self._generation or self._streams.get(topic_filter) is not stream:
                 return  # an earlier connection's, or unsubscribed meanwhile
             if exc is None:
                 self._acknowledged.add(topic_filter)
                 streak = self._retrying.pop(topic_filter, 0)
+                self._refusal_reasons.pop(topic_filter, None)
                 self._changed.notify_all()
                 refused = False
             elif is_connection_lost(exc):
@@ -166,6 +182,7 @@ class _IpcSubscriptions(_IpcState):
                 self._acknowledged.discard(topic_filter)
                 streak = self._retrying.get(topic_filter, 0) + 1
                 self._retrying[topic_filter] = streak
+                self._refusal_reasons[topic_filter] = str(error)
                 delay = self._schedule_retry()
                 self._changed.notify_all()
         if not refused:
@@ -178,8 +195,6 @@ class _IpcSubscriptions(_IpcState):
                     streak,
                 )
             return
-        assert exc is not None
-        error = edge_error(exc, "SubscribeToTopic", topic_filter)
         retry = "" if delay is None else f" in {delay:.1f} s"
         if streak == 1:
             # Once per streak as an error; the retries that follow only at debug level.

@@ -84,6 +84,12 @@ class Transport(Protocol):
         ...
 
     @property
+    def refused_subscriptions(self) -> dict[str, str]:
+        """Filters the broker (or the edge runtime) refused and that wait for a retry, each
+        with the reason; readiness stays off while any is here."""
+        ...
+
+    @property
     def failovers(self) -> int:
         """Moves to the next broker of a failover list so far."""
         ...
