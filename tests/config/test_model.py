@@ -457,10 +457,23 @@ def test_embedded_broker() -> None:
     assert local.messaging.local.port == 1883
 
 
-def test_edge_runtime_without_local_broker_is_refused() -> None:
-    with pytest.raises(ConfigError) as refused:
-        _config(patched({"messaging": DELETE}), Platform.EDGE_RUNTIME)
-    assert [i.path for i in refused.value.issues] == ["$.messaging.local"]
+def test_edge_runtime_without_local_broker_takes_the_ipc_bus() -> None:
+    messaging = _config(patched({"messaging": DELETE}), Platform.EDGE_RUNTIME).messaging
+    assert messaging.local is None
+    assert messaging.ipc
+    assert messaging.local_ipc is not None
+    assert messaging.local_ipc.client_id.startswith(f"{THING}-")
+
+
+def test_an_ipc_local_link_reads_its_keys() -> None:
+    local = {"type": "ipc", "receiveOwnMessages": False, "qos": {"publish": 0}}
+    local |= {"host": DELETE, "port": DELETE}  # the base document's broker
+    messaging = _config(patched({"messaging": {"local": local}}), Platform.HOST).messaging
+    assert messaging.local is None
+    assert messaging.local_ipc is not None
+    assert messaging.local_ipc.receive_own_messages is False
+    assert messaging.local_ipc.qos.publish == 0
+    assert messaging.local_ipc.qos.subscribe == 1
 
 
 def test_metric_emission_reads_every_target_option() -> None:

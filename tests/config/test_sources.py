@@ -227,11 +227,13 @@ def test_edge_runtime_reads_through_the_provider_seam() -> None:
     assert config.tags["owner"] == "ops"
 
 
-def test_edge_runtime_without_a_local_broker_is_refused_at_load() -> None:
+def test_edge_runtime_without_a_local_broker_loads_the_ipc_link() -> None:
     provider = MemoryProvider(patched({"messaging": DELETE}))
-    with pytest.raises(ConfigError) as refused:
-        load_config(thing=THING, platform=Platform.EDGE_RUNTIME, provider=provider)
-    assert [i.path for i in refused.value.issues] == ["$.messaging.local"]
+    config = load_config(thing=THING, platform=Platform.EDGE_RUNTIME, provider=provider)
+    assert config.messaging.local is None
+    assert config.messaging.local_ipc is not None
+    assert config.messaging.ipc
+    assert config.messaging.local_ipc.receive_own_messages is True
 
 
 def test_edge_runtime_updates_are_validated_and_applied() -> None:

@@ -830,12 +830,37 @@ def test_embedded_host_may_ask_for_any_free_port() -> None:
 
 
 @pytest.mark.parametrize("platform", list(Platform))
-def test_every_platform_needs_a_local_broker(platform: Platform) -> None:
-    # EDGE_RUNTIME too: there is no IPC transport to fall back to, so the document is
-    # refused here instead of failing when the component starts.
+def test_a_local_link_is_needed_off_the_edge_runtime(platform: Platform) -> None:
+    # On EDGE_RUNTIME the local link defaults to the runtime's IPC bus.
     issues = validate_document(patched({"messaging": DELETE}), platform=platform)
-    assert [i.path for i in issues] == ["$.messaging.local"]
-    assert ("IPC" in issues[0].message) is (platform is Platform.EDGE_RUNTIME)
+    if platform is Platform.EDGE_RUNTIME:
+        assert issues == []
+    else:
+        assert [i.path for i in issues] == ["$.messaging.local"]
+        assert '{"type": "ipc"}' in issues[0].message
+
+
+@pytest.mark.parametrize(
+    ("local", "path", "says"),
+    [
+        ({"type": "ipc", "host": "h"}, "$.messaging.local.host", "is an MQTT setting"),
+        ({"type": "ipc", "qos": {"publish": 2}}, "$.messaging.local.qos.publish", "no QoS 2"),
+        ({"type": "ipc", "qos": {"subscribe": 2}}, "$.messaging.local.qos.subscribe", "no QoS 2"),
+        ({"type": "ipc", "receiveOwnMessages": "yes"}, "$.messaging.local.receiveOwnMessages", ""),
+        ({"type": "amqp", "host": "h"}, "$.messaging.local.type", ""),
+    ],
+)
+def test_a_bad_ipc_local_link_names_its_key(local: dict[str, object], path: str, says: str) -> None:
+    issues = validate_document(patched({"messaging": {"local": local}}))
+    assert path in [i.path for i in issues]
+    assert says in next(i.message for i in issues if i.path == path)
+
+
+def test_an_ipc_local_link_is_valid_on_every_platform() -> None:
+    local = {"type": "ipc", "receiveOwnMessages": False, "qos": {"publish": 0}}
+    local |= {"host": DELETE, "port": DELETE}  # the base document's broker
+    for platform in Platform:
+        assert validate_document(patched({"messaging": {"local": local}}), platform=platform) == []
 
 
 def test_type_key_of_local_broker_is_accepted() -> None:

@@ -10,7 +10,6 @@ Mosquitto: the lifecycle report does not depend on the transport. The nucleus's
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.greengrass import Nucleus
+from tests.support.greengrass import Nucleus, service_states, states
 from tests.support.mosquitto import Mosquitto
 from tests.support.servers import wait_until
 from unskit.config.platform import Platform
@@ -37,11 +36,6 @@ SHUTDOWN_TIMEOUT_S = 15.0
 #: How long a component that must not report is watched after it became ready: its
 #: readiness watch polls every 0.1 s, so a report would come well inside this.
 QUIET_WINDOW_S = 1.5
-
-_STATE = re.compile(
-    r"^(?P<at>\S+) .*service-set-state\. \{serviceName=(?P<name>[^,]+), "
-    r"currentState=\S+, newState=(?P<state>[A-Z]+)\}"
-)
 
 
 def _service(command: str, *, platform: str | None = None) -> dict[str, Any]:
@@ -116,22 +110,6 @@ def nucleus(components: Components) -> Iterator[Nucleus]:
     runtime.remove()
 
 
-def states(nucleus: Nucleus, name: str) -> list[tuple[datetime, str]]:
-    """The states the nucleus set `name` to, in order, with when."""
-    found = []
-    for line in nucleus.log().splitlines():
-        match = _STATE.match(line)
-        if match and match["name"] == name:
-            found.append(
-                (datetime.fromisoformat(match["at"].replace("Z", "+00:00")), match["state"])
-            )
-    return found
-
-
-def state_names(nucleus: Nucleus, name: str) -> list[str]:
-    return [state for _, state in states(nucleus, name)]
-
-
 def connected(nucleus: Nucleus, name: str) -> bool:
     """Whether component `name` opened an IPC connection (only the lifecycle report does)."""
     return f"Connection accepted for {name}." in nucleus.log()
@@ -146,11 +124,11 @@ def test_running_is_reported_only_once_readiness_is_on(
         "the gated component running with its local link up",
     )
     # Started, connected, serving: only its own gate holds readiness off.
-    assert state_names(nucleus, "Gated")[-1] == "STARTING"
+    assert service_states(nucleus, "Gated")[-1] == "STARTING"
     assert not connected(nucleus, "Gated")
     opened = datetime.now().astimezone()
     components.gate.touch()
-    wait_until(lambda: "RUNNING" in state_names(nucleus, "Gated"), 15, "Gated RUNNING")
+    wait_until(lambda: "RUNNING" in service_states(nucleus, "Gated"), 15, "Gated RUNNING")
     running_at = next(at for at, state in states(nucleus, "Gated") if state == "RUNNING")
     assert running_at >= opened.replace(microsecond=opened.microsecond // 1000 * 1000)
     wait_until(
@@ -161,7 +139,7 @@ def test_running_is_reported_only_once_readiness_is_on(
 
 
 def test_a_refused_configuration_is_reported_errored(nucleus: Nucleus) -> None:
-    wait_until(lambda: "ERRORED" in state_names(nucleus, "Refused"), 60, "Refused ERRORED")
+    wait_until(lambda: "ERRORED" in service_states(nucleus, "Refused"), 60, "Refused ERRORED")
     wait_until(
         lambda: "lifecycle state ERRORED reported to the edge runtime" in nucleus.log("Refused"),
         10,
@@ -171,11 +149,11 @@ def test_a_refused_configuration_is_reported_errored(nucleus: Nucleus) -> None:
     assert "$.component" in log
     assert connected(nucleus, "Refused")
     assert "Traceback" not in log
-    assert "RUNNING" not in state_names(nucleus, "Refused")
+    assert "RUNNING" not in service_states(nucleus, "Refused")
 
 
 def test_the_nucleus_stopping_a_component_drains_it_with_exit_0(nucleus: Nucleus) -> None:
-    wait_until(lambda: "RUNNING" in state_names(nucleus, "Echo"), 60, "Echo RUNNING")
+    wait_until(lambda: "RUNNING" in service_states(nucleus, "Echo"), 60, "Echo RUNNING")
     cli = nucleus.root / "bin" / "greengrass-cli"
     wait_until(cli.exists, 60, "the greengrass CLI installed")
     asked = time.monotonic()
@@ -196,7 +174,7 @@ def test_the_nucleus_stopping_a_component_drains_it_with_exit_0(nucleus: Nucleus
     assert "shutdown: complete" in log
     assert "Traceback" not in log
     assert took < SHUTDOWN_TIMEOUT_S, f"the component took {took:.1f} s to stop"
-    assert state_names(nucleus, "Echo")[-1] in ("STOPPING", "FINISHED")
+    assert service_states(nucleus, "Echo")[-1] in ("STOPPING", "FINISHED")
 
 
 def test_outside_the_edge_runtime_nothing_is_reported(
@@ -207,7 +185,7 @@ def test_outside_the_edge_runtime_nothing_is_reported(
     deadline = time.monotonic() + QUIET_WINDOW_S
     while time.monotonic() < deadline:
         assert not connected(nucleus, "HostGated")
-        assert "RUNNING" not in state_names(nucleus, "HostGated")
+        assert "RUNNING" not in service_states(nucleus, "HostGated")
         time.sleep(0.1)
     assert "lifecycle state" not in nucleus.log("HostGated")
 

@@ -258,6 +258,11 @@ class Recorder:
 
     endpoint = "nowhere:1883"
     failovers = 0
+    small_messages_only = False
+
+    @property
+    def refused_subscriptions(self) -> dict[str, str]:
+        return {}
 
     def within_failover_grace(self) -> bool:
         return False

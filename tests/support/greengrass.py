@@ -12,12 +12,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -259,3 +261,26 @@ class Nucleus:
     def remove(self) -> None:
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+_STATE = re.compile(
+    r"^(?P<at>\S+) .*service-set-state\. \{serviceName=(?P<name>[^,]+), "
+    r"currentState=\S+, newState=(?P<state>[A-Z]+)\}"
+)
+
+
+def states(nucleus: Nucleus, name: str) -> list[tuple[datetime, str]]:
+    """The states the nucleus set component `name` to, in order, with when (its log)."""
+    found = []
+    for line in nucleus.log().splitlines():
+        match = _STATE.match(line)
+        if match and match["name"] == name:
+            found.append(
+                (datetime.fromisoformat(match["at"].replace("Z", "+00:00")), match["state"])
+            )
+    return found
+
+
+def service_states(nucleus: Nucleus, name: str) -> list[str]:
+    """The names of the states the nucleus set component `name` to, in order."""
+    return [state for _, state in states(nucleus, name)]

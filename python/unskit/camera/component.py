@@ -44,7 +44,8 @@ class CameraAdapter:
             metrics=runtime.metrics,
             events=runtime.events,
             secrets=runtime.config.secrets() if runtime.config.credentials is not None else None,
-            ipc=runtime.config.messaging.ipc,
+            # The transport in use caps the thumbnail size (spec 2), not the configuration.
+            ipc=runtime.get_messaging().small_messages_only(),
             publish_watch=runtime.publish_watch,
             supervisor=runtime.supervisor,
         )

@@ -29,6 +29,7 @@ __all__ = [
     "BrokerConfig",
     "BrokerCredentials",
     "BrokerEndpoint",
+    "IpcConfig",
     "MessagingConfig",
     "OverflowPolicy",
     "QosConfig",
@@ -213,11 +214,30 @@ class BrokerConfig:
 
 
 @dataclass(frozen=True)
-class MessagingConfig:
-    """The local broker and the optional northbound one.
+class IpcConfig:
+    """The local link over the edge runtime's IPC bus (``messaging.local`` with ``"type":
+    "ipc"``, or no ``messaging.local`` on EDGE_RUNTIME): the nucleus's socket and token come
+    from the variables the runtime hands the component, not from configuration."""
 
-    A configuration document always names `local` (there is no edge-runtime IPC transport);
-    None is left for code that hands `MessagingClient` its local transport itself.
+    #: Names this link's reply filter (``lib/reply-{token}/#``); never sent to the nucleus,
+    #: which knows the component by its token.
+    client_id: str
+    #: QoS 0 or 1 (the IPC bus has no QoS 2).
+    qos: QosConfig = QosConfig()
+    #: True: subscriptions receive every message, the component's own included
+    #: (RECEIVE_ALL_MESSAGES); False: only other components' (RECEIVE_MESSAGES_FROM_OTHERS).
+    receive_own_messages: bool = True
+    reconnect: ReconnectConfig = ReconnectConfig()
+    publish_degraded_after_seconds: float = DEFAULT_PUBLISH_DEGRADED_AFTER_SECONDS
+
+
+@dataclass(frozen=True)
+class MessagingConfig:
+    """The local link (an MQTT broker, or the edge runtime's IPC bus) and the optional
+    northbound broker.
+
+    A configuration document gives `local` or `local_ipc`; both None is left for code that
+    hands `MessagingClient` its local transport itself.
     """
 
     local: BrokerConfig | None
@@ -225,11 +245,13 @@ class MessagingConfig:
     request_timeout_seconds: float = DEFAULT_REQUEST_TIMEOUT_SECONDS
     #: Topic prefixes replies may go to besides ``lib/reply-`` (replyTopicPrefixes).
     reply_topic_prefixes: tuple[str, ...] = ()
+    #: The local link over the edge runtime's IPC bus, instead of `local`.
+    local_ipc: IpcConfig | None = None
 
     @property
     def ipc(self) -> bool:
-        """True when no local broker is configured (never, from a configuration document)."""
-        return self.local is None
+        """True when the local link is the edge runtime's IPC bus."""
+        return self.local_ipc is not None
 
 
 def messaging_from_section(
@@ -239,9 +261,11 @@ def messaging_from_section(
     *,
     state_dir: Path | None = None,
     durable_sync: bool = False,
+    edge_runtime: bool = False,
 ) -> MessagingConfig:
     """The ``messaging`` section of a validated document; client ids default to
-    ``{thing}-{token}``, the outbox file to ``{state_dir}/outbox.sqlite3``."""
+    ``{thing}-{token}``, the outbox file to ``{state_dir}/outbox.sqlite3``. The local link
+    is IPC with ``"type": "ipc"``, or without ``local`` on the edge runtime (`edge_runtime`)."""
     northbound = section.get("northbound")
     if northbound is not None:
         outbox = _store_and_forward(northbound.get("storeAndForward", {}), state_dir, durable_sync)
@@ -249,13 +273,38 @@ def messaging_from_section(
         northbound_config = broker if outbox is None else replace(broker, store_and_forward=outbox)
     else:
         northbound_config = None
+    local = section.get("local")
+    ipc = local.get("type") == "ipc" if local is not None else edge_runtime
     return MessagingConfig(
-        local=_broker(section["local"], thing, token),
+        local=None if ipc else _broker(section["local"], thing, token),
+        local_ipc=_ipc(local or {}, thing, token) if ipc else None,
         northbound=northbound_config,
         request_timeout_seconds=float(
             section.get("requestTimeoutSeconds", DEFAULT_REQUEST_TIMEOUT_SECONDS)
         ),
         reply_topic_prefixes=tuple(section.get("replyTopicPrefixes", ())),
+    )
+
+
+def _ipc(block: Mapping[str, Any], thing: str, token: str) -> IpcConfig:
+    qos = block.get("qos", {})
+    return IpcConfig(
+        client_id=f"{thing}-{token}",
+        qos=QosConfig(publish=qos.get("publish", 1), subscribe=qos.get("subscribe", 1)),
+        receive_own_messages=bool(block.get("receiveOwnMessages", True)),
+        reconnect=_reconnect(block.get("reconnect", {})),
+        publish_degraded_after_seconds=float(
+            block.get("publishDegradedAfterSeconds", DEFAULT_PUBLISH_DEGRADED_AFTER_SECONDS)
+        ),
+    )
+
+
+def _reconnect(block: Mapping[str, Any]) -> ReconnectConfig:
+    return ReconnectConfig(
+        initial_delay_seconds=float(
+            block.get("initialDelaySeconds", DEFAULT_RECONNECT_INITIAL_DELAY_SECONDS)
+        ),
+        max_delay_seconds=float(block.get("maxDelaySeconds", DEFAULT_RECONNECT_MAX_DELAY_SECONDS)),
     )
 
 
@@ -273,7 +322,6 @@ def _broker(block: Mapping[str, Any], thing: str, token: str) -> BrokerConfig:
     # Keys spec 1 ignores (certPath/keyPath without caPath, username/password with it) are
     # logged by the transport when it connects, for a configuration built in code too.
     qos = block.get("qos", {})
-    reconnect = block.get("reconnect", {})
     tls = credentials.ca_path is not None
     # The rules refused a list that mixes schemes or disagrees with caPath.
     endpoints = [parse_endpoint(text) for text in block.get("endpoints", ())]
@@ -294,14 +342,7 @@ def _broker(block: Mapping[str, Any], thing: str, token: str) -> BrokerConfig:
         qos=QosConfig(publish=qos.get("publish", 1), subscribe=qos.get("subscribe", 1)),
         credentials=credentials,
         keepalive_seconds=block.get("keepAliveSeconds", DEFAULT_KEEPALIVE_SECONDS),
-        reconnect=ReconnectConfig(
-            initial_delay_seconds=float(
-                reconnect.get("initialDelaySeconds", DEFAULT_RECONNECT_INITIAL_DELAY_SECONDS)
-            ),
-            max_delay_seconds=float(
-                reconnect.get("maxDelaySeconds", DEFAULT_RECONNECT_MAX_DELAY_SECONDS)
-            ),
-        ),
+        reconnect=_reconnect(block.get("reconnect", {})),
         publish_degraded_after_seconds=float(
             block.get("publishDegradedAfterSeconds", DEFAULT_PUBLISH_DEGRADED_AFTER_SECONDS)
         ),

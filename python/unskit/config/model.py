@@ -309,11 +309,13 @@ def build_config(
             include_root=topic.get("includeRoot", False),
         ),
         messaging=messaging_from_section(
-            document["messaging"],
+            # On the edge runtime the section may be absent: the local link is then IPC.
+            document.get("messaging") or {},
             thing,
             component_token,
             state_dir=commands.store_path(thing, component_token).parent,
             durable_sync=commands.durable_sync,
+            edge_runtime=platform is Platform.EDGE_RUNTIME,
         ),
         credentials=None
         if credentials is None

@@ -214,23 +214,26 @@ def _topic_issues(topic: object, levels: tuple[str, ...]) -> Iterator[ConfigIssu
 def messaging_issues(
     messaging: object, platform: Platform = Platform.HOST
 ) -> Iterator[ConfigIssue]:
-    """The ``messaging`` rules: a local broker on every platform, port 0 only when embedded,
+    """The ``messaging`` rules: a local link on every platform (on the edge runtime its IPC
+    bus when none is given), an IPC link without MQTT settings, port 0 only when embedded,
     no TLS with the embedded broker, a northbound broker that is never the embedded one, a
     reconnect backoff whose first delay is at most its longest."""
     if messaging is not None and not isinstance(messaging, Mapping):
         return
     section = messaging or {}
     local = section.get("local")
-    if local is None:
-        # The edge runtime's IPC bus would be the other way, but this variant has no
-        # provider for it: refused here rather than failing at start.
-        edge = " (there is no edge-runtime IPC transport: use its MQTT broker)"
+    if local is None and platform is not Platform.EDGE_RUNTIME:
         yield ConfigIssue(
             json_path(("messaging", "local")),
             'is required: give the local broker as {"host": ..., "port": ...}, or '
-            '{"host": "embedded"} to start the in-process broker'
-            + (edge if platform is Platform.EDGE_RUNTIME else ""),
+            '{"host": "embedded"} to start the in-process broker (only on the edge runtime '
+            'is the default the IPC bus; elsewhere {"type": "ipc"} selects it)',
         )
+    ipc = isinstance(local, Mapping) and local.get("type") == "ipc"
+    if ipc:
+        assert isinstance(local, Mapping)
+        yield from _ipc_issues(local)
+        local = None  # the MQTT rules below are not for it
     if isinstance(local, Mapping) and local.get("port") == 0 and local.get("host") != EMBEDDED_HOST:
         yield ConfigIssue(
             json_path(("messaging", "local", "port")),
@@ -245,7 +248,7 @@ def messaging_issues(
                 'cannot be used with "host": "embedded": the embedded broker listens in '
                 "plaintext on 127.0.0.1, so a TLS connection to it would never succeed",
             )
-    for role in ("local", "northbound"):
+    for role in ("northbound",) if ipc else ("local", "northbound"):
         block = section.get(role)
         if isinstance(block, Mapping) and isinstance(block.get("endpoints"), list):
             yield from _endpoint_issues(block, role)
@@ -261,6 +264,33 @@ def messaging_issues(
             )
         if northbound.get("port") == 0:
             yield ConfigIssue(json_path(("messaging", "northbound", "port")), "must be >= 1")
+
+
+#: The keys of an IPC local link; the others (host, port, credentials, ...) are MQTT's.
+IPC_KEYS = frozenset(
+    {"type", "receiveOwnMessages", "qos", "reconnect", "publishDegradedAfterSeconds"}
+)
+
+
+def _ipc_issues(local: Mapping[str, Any]) -> Iterator[ConfigIssue]:
+    """An IPC link takes no MQTT settings (the nucleus's socket and token come from the
+    runtime) and no QoS 2 (the bus has none)."""
+    for key in local:
+        if key not in IPC_KEYS:
+            yield ConfigIssue(
+                json_path(("messaging", "local", key)),
+                'is an MQTT setting and cannot be used with "type": "ipc" (the edge '
+                "runtime's IPC bus takes only " + ", ".join(sorted(IPC_KEYS)) + ")",
+            )
+    qos = local.get("qos")
+    if isinstance(qos, Mapping):
+        for key in ("publish", "subscribe"):
+            if qos.get(key) == 2:
+                yield ConfigIssue(
+                    json_path(("messaging", "local", "qos", key)),
+                    "must be 0 or 1: the edge runtime's IPC bus has no QoS 2",
+                )
+    yield from _reconnect_issues(local.get("reconnect"), "local")
 
 
 def _host_issues(block: Mapping[str, Any], role: str) -> Iterator[ConfigIssue]:

@@ -10,11 +10,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from unskit.config.messaging import DEFAULT_PUBLISH_DEGRADED_AFTER_SECONDS
+from unskit.config.messaging import DEFAULT_PUBLISH_DEGRADED_AFTER_SECONDS, IpcConfig
 from unskit.config.model import BrokerConfig, MessagingConfig
 from unskit.config.secrets import SecretResolver
 from unskit.envelope import Message
 from unskit.errors import MessagingError
+from unskit.messaging.ipc import IpcTransport
 from unskit.messaging.link import HOLD_MAX_MESSAGES, Link, LinkStats
 from unskit.messaging.mqtt import MqttTransport
 from unskit.messaging.outbox import AckingTransport, Forwarder, Outbox, OutboxStatus
@@ -59,7 +60,10 @@ class MessagingClient:
         northbound: Transport | None = None,
         persistent_session: bool = True,
         on_reply_refused: Callable[[str, ReplyRefusal], None] | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
+        """`environ`: where an IPC local link (`config.local_ipc`) finds the nucleus's socket
+        and token, by default this process's environment."""
         self._config = config
         self._secrets = secrets
         self._reply_prefixes = tuple(config.reply_topic_prefixes)
@@ -67,13 +71,15 @@ class MessagingClient:
         self._on_reply_refused = on_reply_refused
         self._timer = DeadlineTimer()
         try:
-            if local is None:
+            if local is None and config.local_ipc is not None:
+                local = IpcTransport.from_environment(config.local_ipc, environ, timer=self._timer)
+            elif local is None:
                 if config.local is None:
                     raise MessagingError(
                         "messaging.local is not configured and no local transport was given"
                     )
                 local = _mqtt(config.local, "local", secrets, persistent_session, self._timer)
-            self._local = Link(local, config.local, self._timer)
+            self._local = Link(local, _local_settings(config), self._timer)
             self._northbound: Link | None = None
             if northbound is None and config.northbound is not None:
                 northbound = _mqtt(
@@ -278,7 +284,13 @@ class MessagingClient:
             "connected": transport.is_connected(),
             "endpoint": transport.endpoint,
             "failovers": transport.failovers,
+            "refusedSubscriptions": transport.refused_subscriptions,
         }
+
+    def small_messages_only(self) -> bool:
+        """Whether the local link carries only small payloads (the edge runtime's IPC bus):
+        a choice of payload size, such as a thumbnail's, takes the small one."""
+        return self._local.transport.small_messages_only
 
     def wait_connected(self, timeout: float | None = None) -> bool:
         """Blocks until the local link is up (True) or `timeout` seconds pass (False)."""
@@ -320,7 +332,7 @@ class MessagingClient:
         """The local (or northbound) link's publishing: connected, backlog, failures."""
         link = self._require_northbound() if northbound else self._local
         transport = link.transport
-        config = self._config.northbound if northbound else self._config.local
+        config = self._config.northbound if northbound else _local_settings(self._config)
         after = (
             DEFAULT_PUBLISH_DEGRADED_AFTER_SECONDS
             if config is None
@@ -411,6 +423,11 @@ def _mqtt(
     return MqttTransport(
         config, name=name, secrets=secrets, persistent_session=persistent_session, timer=timer
     )
+
+
+def _local_settings(config: MessagingConfig) -> BrokerConfig | IpcConfig | None:
+    """The local link's settings: its broker's, or the IPC link's."""
+    return config.local if config.local is not None else config.local_ipc
 
 
 def _forwarder(transport: Transport, config: BrokerConfig | None) -> Forwarder | None:

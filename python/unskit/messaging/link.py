@@ -8,6 +8,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from unskit.config.messaging import IpcConfig
 from unskit.config.model import BrokerConfig
 from unskit.envelope import Message
 from unskit.errors import EnvelopeError, MessagingError, RequestTimeoutError
@@ -56,7 +57,7 @@ class Link:
     def __init__(
         self,
         transport: Transport,
-        config: BrokerConfig | None,
+        config: BrokerConfig | IpcConfig | None,
         timer: DeadlineTimer,
         forwarder: Forwarder | None = None,
     ) -> None:

@@ -39,6 +39,9 @@ STABLE_CONNECTION_SECS = 5.0
 class MqttTransport(_Publishing, _Subscriptions):
     """One MQTT broker link: TLS keyed on caPath, jittered reconnects, filters restored."""
 
+    #: MQTT carries every payload size the library makes (spec 2: all three thumbnails).
+    small_messages_only = False
+
     def start(self, on_message: MessageCallback, on_link: LinkCallback) -> None:
         """Resolves credentials, then connects and reconnects in paho's network thread."""
         self._on_message, self._on_link = on_message, on_link

@@ -86,6 +86,12 @@ class _Subscriptions(_Connection):
             return list(self._retrying)
 
     @property
+    def refused_subscriptions(self) -> dict[str, str]:
+        """Each filter waiting for a retry, with why (for sb/status)."""
+        with self._lock:
+            return dict.fromkeys(self._retrying, "refused by the broker in a SUBACK")
+
+    @property
     def filters(self) -> dict[str, QoS]:
         """The filters this link keeps subscribed (a copy)."""
         with self._lock:

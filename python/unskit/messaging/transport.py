@@ -34,6 +34,12 @@ class Transport(Protocol):
         """A label for logs and errors, e.g. ``local`` or ``northbound``."""
         ...
 
+    @property
+    def small_messages_only(self) -> bool:
+        """Whether the link carries only small payloads (the edge-runtime IPC bus): a choice
+        of payload size, such as a thumbnail's, takes the small one."""
+        ...
+
     def start(self, on_message: MessageCallback, on_link: LinkCallback) -> None:
         """Connects in the background; callbacks run on the transport's own thread."""
         ...
@@ -75,6 +81,12 @@ class Transport(Protocol):
     @property
     def endpoint(self) -> str:
         """The broker connected to, or tried next, as ``host:port``."""
+        ...
+
+    @property
+    def refused_subscriptions(self) -> dict[str, str]:
+        """Filters the broker (or the edge runtime) refused and that wait for a retry, each
+        with the reason; readiness stays off while any is here."""
         ...
 
     @property

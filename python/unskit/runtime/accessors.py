@@ -118,10 +118,17 @@ class _Accessors:
         ``messaging/refusedSubscriptions{link}`` (SUBACK refusals, retries counted) at each
         emit."""
         broker = config.northbound if link == "northbound" else config.local
-        assert broker is not None
         status = functools.partial(self.get_messaging().link_status, link == "northbound")
-        for host, port in broker.addresses:
-            endpoint = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        # An IPC local link has no broker list: its one endpoint is the nucleus's socket.
+        endpoints = (
+            [
+                f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+                for host, port in broker.addresses
+            ]
+            if broker is not None
+            else [status()["endpoint"]]
+        )
+        for endpoint in endpoints:
 
             def on_it(endpoint: str = endpoint) -> int:
                 now = status()

@@ -29,7 +29,7 @@ from unskit.config.model import EMBEDDED_HOST, MessagingConfig
 from unskit.config.platform import Platform, detect_platform
 from unskit.edge.lifecycle import report_failed_start
 from unskit.envelope import Message, MessageBuilder
-from unskit.errors import ConfigError, ConfigIssue, UnskitError
+from unskit.errors import ConfigError, ConfigIssue, EdgeRuntimeError, UnskitError
 from unskit.messaging import MessagingClient
 from unskit.runtime.accessors import QUEUES_FAMILY as QUEUES_FAMILY
 from unskit.runtime.app import ComponentApp as ComponentApp
@@ -93,9 +93,9 @@ class Runtime(_Stopping, _Reconfiguring):
         try:
             return self._start(app, signals)
         except BaseException as error:
-            if isinstance(error, ConfigError):
+            if isinstance(error, (ConfigError, EdgeRuntimeError)):
                 # The caller reports it (`unskit run` in one line); a traceback says nothing more.
-                _log.info("configuration refused at start-up; stopping what already started")
+                _log.info("start-up refused (%s); stopping what already started", error)
             else:
                 _log.exception("start-up failed; stopping what already started")
             if self._coordinator is not None:
@@ -319,7 +319,8 @@ def run_component(
         # A component may refuse its configuration at start (no valid instance): exit 2 too,
         # after the runtime stopped what had started.
         return Runtime(config).run(app_class(), loader)
-    except ConfigError as error:
+    except (ConfigError, EdgeRuntimeError) as error:
+        # EdgeRuntimeError: on the edge runtime without its IPC variables (or its SDK).
         print(f"unskit run {name}: {error}", file=sys.stderr)
         _report_failed_start(args.platform)
         return 2

@@ -1,0 +1,107 @@
+"""The edge runtime's local publish/subscribe (aws.greengrass.ipc.pubsub), as small calls
+over an `IpcConnection`'s client: the messaging transport's only way to the SDK.
+
+Every call returns at once with a future; stream events and the futures' callbacks run on
+the SDK's event-loop thread (the connection has no executor), so callers hand them on
+without blocking.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+from collections.abc import Callable
+from typing import Any
+
+__all__ = [
+    "StreamCallbacks",
+    "close_stream",
+    "is_connection_lost",
+    "publish_binary",
+    "subscribe",
+]
+
+#: (topic, payload) of one message a subscription received.
+ReceivedCallback = Callable[[str, bytes], None]
+
+
+class StreamCallbacks:
+    """What a subscription's stream reports: messages, and its close (an error or not)."""
+
+    def __init__(
+        self, on_message: ReceivedCallback, on_closed: Callable[[Exception | None], None]
+    ) -> None:
+        self.on_message = on_message
+        self.on_closed = on_closed
+
+
+def publish_binary(client: Any, topic: str, payload: bytes) -> concurrent.futures.Future[Any]:
+    """PublishToTopic of `payload` as a BinaryMessage; the future settles when the nucleus
+    answered (its exception is the SDK's: map it with `edge_error`)."""
+    from awsiot.greengrasscoreipc import model
+
+    message = model.PublishMessage(binary_message=model.BinaryMessage(message=payload))
+    future: concurrent.futures.Future[Any] = client.publish_to_topic_async(
+        topic=topic, publish_message=message
+    )
+    return future
+
+
+def subscribe(
+    client: Any, topic_filter: str, *, receive_all: bool, callbacks: StreamCallbacks
+) -> tuple[concurrent.futures.Future[Any], Any]:
+    """SubscribeToTopic with an explicit receive mode (this nucleus defaults a wildcard
+    filter without one to others-only); returns the response future and the stream, which
+    `close_stream` ends."""
+    from awsiot.greengrasscoreipc import model
+
+    mode = (
+        model.ReceiveMode.RECEIVE_ALL_MESSAGES
+        if receive_all
+        else model.ReceiveMode.RECEIVE_MESSAGES_FROM_OTHERS
+    )
+
+    def on_event(event: Any) -> None:
+        binary = event.binary_message
+        if binary is not None:
+            topic = binary.context.topic if binary.context is not None else topic_filter
+            callbacks.on_message(topic, bytes(binary.message or b""))
+            return
+        document = event.json_message
+        if document is not None:
+            # Handed on as its JSON bytes: the envelope decoder rejects it (spec 1: foreign
+            # JSON is never turned into a message), and the rejection is counted there.
+            topic = document.context.topic if document.context is not None else topic_filter
+            callbacks.on_message(topic, json.dumps(document.message).encode())
+
+    def on_error(error: Exception) -> bool:
+        callbacks.on_closed(error)
+        return True  # the stream is of no use after an error: close it
+
+    def on_closed() -> None:
+        callbacks.on_closed(None)
+
+    future, operation = client.subscribe_to_topic_async(
+        topic=topic_filter,
+        receive_mode=mode,
+        on_stream_event=on_event,
+        on_stream_error=on_error,
+        on_stream_closed=on_closed,
+    )
+    return future, operation
+
+
+def close_stream(operation: Any) -> None:
+    """Ends a subscription's stream (an unsubscribe; IPC has no other)."""
+    operation.close()
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    """Whether a call failed because the connection went (not because the nucleus refused
+    it): such a publish is held for the next connection, not counted as refused."""
+    from awscrt.exceptions import AwsCrtError
+    from awsiot import eventstreamrpc
+
+    return isinstance(
+        exc, (eventstreamrpc.ConnectionClosedError, eventstreamrpc.StreamClosedError, AwsCrtError)
+    )
