@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import compileall
 import json
 import re
 import shlex
@@ -41,11 +42,12 @@ from unskit.messaging import MessagingClient, QoS
 PROJECT = Path(__file__).resolve().parents[1]
 REQUESTER, RESPONDER = "BenchRequester", "BenchResponder"
 TARGETS = {"throughput": 0.9, "request_reply": 0.8}
-#: Publishes per throughput round (a round is about 0.1-0.3 s on this machine).
+#: Publishes per throughput round (a round is about 0.1-0.4 s on this machine).
 BATCH = 1_000
 ENVELOPE_BYTES = 200
-#: Round trips per interleaved block, and blocks per side.
-BLOCK, BLOCKS = 100, 10
+#: Round trips per interleaved block, and blocks per side: 3,000 samples a side, so the p99
+#: is the 30th slowest, not a handful of the machine's stalls.
+BLOCK, BLOCKS = 100, 30
 #: Nucleus starts per side for the startup rows (each is 4-8 s).
 STARTS = 3
 _STATE = re.compile(
@@ -151,10 +153,13 @@ def test_publish_throughput(
                 future.result(60)
 
         # The nucleus's JIT warms on both before anything is timed.
-        ours_batch()
-        anchor_batch()
+        for _ in range(3):
+            ours_batch()
+            anchor_batch()
         failures_before = client.publish_status().failures
-        ops = compare(benchmark, ours_batch, anchor_batch, 0.2)
+        # A round varies 2-4x with the nucleus and the load (0.09-0.4 s): 0.05 s asks for 30 of
+        # each (the best of 15 still moved 0.89-1.31x under a load average of 6).
+        ops = compare(benchmark, ours_batch, anchor_batch, 0.05)
         assert client.publish_status().failures == failures_before, "a publish was refused"
     finally:
         client.close()
@@ -362,6 +367,11 @@ def test_startup_to_running(
     benchmark: Any, ratio: Callable[..., dict[str, Any]], tmp_path: Path
 ) -> None:
     benchmark.group = "edge nucleus start to component RUNNING"
+    # Bytecode as an installed wheel has it: this machine sets PYTHONDONTWRITEBYTECODE, so
+    # the sources on PYTHONPATH would be compiled at every start (about 0.1 s of ours) while
+    # the anchor's SDK in site-packages is compiled already. __pycache__ is ignored by git.
+    for source in (PROJECT / "python" / "unskit", PROJECT / "benches"):
+        assert compileall.compile_dir(source, quiet=1), f"compiling {source}"
     services = {"ours": _echo_service(tmp_path), "anchor": _bare_service()}
     best = {side: (float("inf"), float("inf")) for side in services}
     runs: dict[str, list[list[float]]] = {side: [] for side in services}
