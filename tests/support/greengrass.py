@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -255,6 +256,75 @@ class Nucleus:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(10)
+
+    def harness_recipe(self, name: str) -> dict[str, Any]:
+        """A recipe for harness `name` as the fixture defines it (same run line, its
+        configuration and accessControl as DefaultConfiguration), for a local deployment
+        that changes its configuration."""
+        harness = self.harnesses[name]
+        return {
+            "RecipeFormatVersion": "2020-01-25",
+            "ComponentName": name,
+            "ComponentVersion": "1.0.0",
+            "ComponentConfiguration": {
+                "DefaultConfiguration": {
+                    **harness.configuration,
+                    "accessControl": dict(harness.access_control),
+                }
+            },
+            "Manifests": [
+                {
+                    "Platform": {"os": "linux"},
+                    "Lifecycle": {
+                        "Run": f'printf %s "$SVCUID" > {self._svcuid_file(name)}; '
+                        "exec sleep 36000"
+                    },
+                }
+            ],
+        }
+
+    def deploy_configuration(
+        self, name: str, merge: Mapping[str, Any], timeout: float = 90.0
+    ) -> tuple[str, str]:
+        """A local deployment (Greengrass CLI, `cli=True`) merging `merge` into harness
+        `name`'s configuration; waits until it has finished and returns (status, the CLI's
+        status output, which holds the failure message)."""
+        recipes = self.root / "recipes"
+        recipes.mkdir(exist_ok=True)
+        (recipes / f"{name}-1.0.0.json").write_text(json.dumps(self.harness_recipe(name)))
+        created = self.cli_command(
+            "deployment", "create", "--recipeDir", str(recipes),
+            "--merge", f"{name}=1.0.0",
+            "--update-config", json.dumps({name: {"MERGE": dict(merge)}}),
+        )  # fmt: skip
+        found = re.search(r"Deployment Id: (\S+)", created)
+        if found is None:
+            raise RuntimeError(f"greengrass-cli deployment create said: {created}")
+        deployment = found.group(1)
+        status: list[str] = []
+
+        def finished() -> bool:
+            out = self.cli_command("deployment", "status", "-i", deployment)
+            status[:] = [out]
+            return any(word in out for word in ("SUCCEEDED", "FAILED", "REJECTED", "CANCELED"))
+
+        wait_until(finished, timeout, f"deployment {deployment} to finish", interval=0.2)
+        out = status[0]
+        state = next(w for w in ("SUCCEEDED", "FAILED", "REJECTED", "CANCELED") if w in out)
+        return state, out
+
+    def cli_command(self, *args: str) -> str:
+        """One greengrass-cli command; its output (RuntimeError with it when it fails)."""
+        done = subprocess.run(
+            [str(self.root / "bin" / "greengrass-cli"), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"greengrass-cli {' '.join(args)}: {done.stdout}{done.stderr}")
+        return done.stdout + done.stderr
 
     def remove(self) -> None:
         self.stop()

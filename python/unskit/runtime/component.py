@@ -311,6 +311,7 @@ def run_component(
             args.config,
             thing=args.thing,
             platform=args.platform,
+            config_source=args.config_source,
             component_schema=app_class.schema,
             default_component=app_class.token,
             broker=args.broker,
