@@ -276,8 +276,7 @@ class Nucleus:
                 {
                     "Platform": {"os": "linux"},
                     "Lifecycle": {
-                        "Run": f'printf %s "$SVCUID" > {self._svcuid_file(name)}; '
-                        "exec sleep 36000"
+                        "Run": f'printf %s "$SVCUID" > {self._svcuid_file(name)}; exec sleep 36000'
                     },
                 }
             ],
@@ -288,13 +287,19 @@ class Nucleus:
     ) -> tuple[str, str]:
         """A local deployment (Greengrass CLI, `cli=True`) merging `merge` into harness
         `name`'s configuration; waits until it has finished and returns (status, the CLI's
-        status output, which holds the failure message)."""
+        status output, which holds the failure message).
+
+        Every harness is in the deployment: one defined only in config.yaml and left out
+        would be removed by it (measured: GetConfiguration of it is then ResourceNotFound)."""
         recipes = self.root / "recipes"
         recipes.mkdir(exist_ok=True)
-        (recipes / f"{name}-1.0.0.json").write_text(json.dumps(self.harness_recipe(name)))
+        merges: list[str] = []
+        for harness in self.harnesses:
+            recipe = json.dumps(self.harness_recipe(harness))
+            (recipes / f"{harness}-1.0.0.json").write_text(recipe)
+            merges += ["--merge", f"{harness}=1.0.0"]
         created = self.cli_command(
-            "deployment", "create", "--recipeDir", str(recipes),
-            "--merge", f"{name}=1.0.0",
+            "deployment", "create", "--recipeDir", str(recipes), *merges,
             "--update-config", json.dumps({name: {"MERGE": dict(merge)}}),
         )  # fmt: skip
         found = re.search(r"Deployment Id: (\S+)", created)

@@ -16,7 +16,6 @@ re-reads once the events of a burst have stopped for `QUIET_S`.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import threading
@@ -170,6 +169,7 @@ class _ConfigurationProvider:
     def __init__(self, component: str | None, environ: Mapping[str, str] | None) -> None:
         self.component = component
         self._ipc = _Connected(environ)
+        self._last: dict[str, Any] | None = None  # the document last handed out
 
     @property
     def location(self) -> str:
@@ -188,14 +188,13 @@ class _ConfigurationProvider:
 
     def get_configuration(self) -> Mapping[str, Any]:
         """The document (the configuration without its accessControl)."""
-        return self._read()
+        document = self._read()
+        self._last = document
+        return document
 
     def subscribe(self, on_update: OnDocument, on_error: OnError) -> _Watch:
         """Calls `on_update` (on a worker thread) with the whole document after each burst of
-        changes that changed it."""
-        last: list[dict[str, Any] | None] = [None]
-        with contextlib.suppress(ConfigError):  # unreadable now: the first change reports
-            last[0] = self._read()
+        changes that changed it (and once at the start if it changed since it was read)."""
 
         def reread() -> None:
             try:
@@ -203,9 +202,9 @@ class _ConfigurationProvider:
             except ConfigError as exc:
                 on_error(exc)
                 return
-            if document == last[0]:
+            if document == self._last:
                 return  # e.g. only accessControl changed
-            last[0] = document
+            self._last = document
             on_update(document)
 
         worker = _Worker("unskit-edge-config", reread)
@@ -221,6 +220,7 @@ class _ConfigurationProvider:
         except EdgeRuntimeError as exc:
             worker.close()
             raise _issue(str(exc), self.location) from None
+        worker.poke()  # a change between the read and the subscription is not lost
         return _Watch([stream], worker)
 
     def close(self) -> None:
@@ -401,7 +401,8 @@ class ShadowProvider:
         status: dict[str, Any] = {
             "status": "APPLIED" if errors is None else "REFUSED",
             "desiredVersion": version,
-            "errors": errors,
+            # [] rather than null: a null in a shadow update deletes the key.
+            "errors": [] if errors is None else errors,
         }
         try:
             connection = self._ipc.connection()
@@ -464,6 +465,9 @@ class ShadowProvider:
         except EdgeRuntimeError as exc:
             worker.close()
             raise _issue(str(exc), self.location) from None
+        # A desired state set between the start's read and the subscription is not lost:
+        # one re-read now (skipped when it is the one already handled).
+        message(b'{"state": {}}')
         return _Watch([stream], worker)
 
     def _bad_delta(self, payload: bytes) -> str | None:
