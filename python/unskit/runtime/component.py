@@ -316,10 +316,13 @@ def run_component(
             default_component=app_class.token,
             broker=args.broker,
         )
-        config = loader.load()
-        # A component may refuse its configuration at start (no valid instance): exit 2 too,
-        # after the runtime stopped what had started.
-        return Runtime(config).run(app_class(), loader)
+        try:
+            config = loader.load()
+            # A component may refuse its configuration at start (no valid instance): exit 2
+            # too, after the runtime stopped what had started.
+            return Runtime(config).run(app_class(), loader)
+        finally:
+            loader.close()  # the edge runtime's IPC connection, for its sources
     except ConfigError as error:
         print(f"unskit run {name}: {error}", file=sys.stderr)
         _report_failed_start(args.platform)
