@@ -145,6 +145,14 @@ def test_a_deployment_with_an_invalid_value_is_refused_before_it_is_applied(
         assert "COMPONENT_CONFIGURATION_NOT_VALID" in out
         assert "$.messaging.local.port" in out
         assert get_configuration(ipc)["messaging"] == running
+        # Only a whole float is taken as an integer: 1884.5 is refused where one is required.
+        status, out = nucleus.deploy_configuration(
+            HARNESS, {"messaging": {"local": {"port": 1884.5}}}
+        )
+        assert status == "FAILED", out
+        assert "$.messaging.local.port" in out
+        assert "must be an integer" in out
+        assert get_configuration(ipc)["messaging"] == running
         assert config_loader.current == before
         assert seen.applied == []
         watch.close()
@@ -290,9 +298,9 @@ def test_shadow_applied_on_start_and_on_deltas_with_the_outcome_reported(
         config_loader.close()
 
 
-def _try_update(ipc: IpcConnection, state: dict[str, Any]) -> bool:
+def _try_update(ipc: IpcConnection, state: dict[str, Any], name: str = SHADOW) -> bool:
     try:
-        ipc_shadow.update_thing_shadow(ipc, THING_NAME, SHADOW, state)
+        ipc_shadow.update_thing_shadow(ipc, THING_NAME, name, state)
     except Exception:
         return False
     return True
@@ -307,5 +315,32 @@ def test_a_shadow_that_does_not_exist_is_named(nucleus: Nucleus) -> None:
         assert "'no-such-shadow'" in message
         assert f"$aws/things/{THING_NAME}/shadow/name/no-such-shadow" in message
         assert "does not exist" in message
+    finally:
+        config_loader.close()
+
+
+def test_a_shadow_refused_at_start_is_reported_with_its_errors(
+    nucleus: Nucleus, ipc: IpcConnection
+) -> None:
+    name = "refused-at-start"
+    desired = base_document()
+    desired["messaging"]["local"]["port"] = 70000
+    wait_until(
+        lambda: _try_update(ipc, {"desired": desired}, name),
+        WAIT_S,
+        "the shadow manager accepting updates",
+        interval=0.1,
+    )
+    config_loader = loader(nucleus, name, "SHADOW")
+    try:
+        with pytest.raises(ConfigError) as refused:
+            config_loader.load()
+        assert [i.path for i in refused.value.issues] == ["$.messaging.local.port"]
+        document = ipc_shadow.get_thing_shadow(ipc, THING_NAME, name) or {}
+        status = document["state"]["reported"][STATUS_KEY]
+        assert status["status"] == "REFUSED"
+        assert any("$.messaging.local.port" in e for e in status["errors"]), status
+        # Nothing of the refused document is reported as running.
+        assert set(document["state"]["reported"]) == {STATUS_KEY}
     finally:
         config_loader.close()

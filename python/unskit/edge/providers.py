@@ -89,9 +89,9 @@ class _Watch:
 
     def close(self) -> None:
         """Stops watching; idempotent."""
+        self._worker.close()  # first: the streams' close is then not reported as a loss
         for stream in self._streams:
             stream.close()
-        self._worker.close()
 
 
 class _Worker:
@@ -107,6 +107,10 @@ class _Worker:
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def poke(self) -> None:
         with self._cond:
@@ -137,6 +141,16 @@ class _Worker:
             self._cond.notify()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
+
+
+def _ended(worker: _Worker, what: str) -> Callable[[str], None]:
+    """A stream's close callback: a warning, unless the watch itself was closed."""
+
+    def ended(reason: str) -> None:
+        if not worker.closed:
+            _log.warning("edge runtime: %s: %s", what, reason)
+
+    return ended
 
 
 class _Connected:
@@ -213,9 +227,7 @@ class _ConfigurationProvider:
                 self._ipc.connection(),
                 self.component,
                 lambda _key_path: worker.poke(),
-                lambda reason: _log.warning(
-                    "edge runtime: %s is no longer followed: %s", self.location, reason
-                ),
+                _ended(worker, f"{self.location} is no longer followed"),
             )
         except EdgeRuntimeError as exc:
             worker.close()
@@ -262,9 +274,7 @@ class RuntimeConfigProvider(_ConfigurationProvider):
             stream = ipc_config.subscribe_to_validate_configuration_updates(
                 self._ipc.connection(),
                 received,
-                lambda reason: _log.warning(
-                    "edge runtime: deployments are no longer validated: %s", reason
-                ),
+                _ended(worker, "deployments are no longer validated"),
             )
         except EdgeRuntimeError as exc:
             worker.close()
@@ -458,9 +468,7 @@ class ShadowProvider:
                 self._ipc.connection(),
                 self.delta_topic,
                 message,
-                lambda reason: _log.warning(
-                    "edge runtime: %s is no longer followed: %s", self.location, reason
-                ),
+                _ended(worker, f"{self.location} is no longer followed"),
             )
         except EdgeRuntimeError as exc:
             worker.close()
