@@ -154,6 +154,7 @@ class ConfigLoader:
         self.broker = broker
         self._lock = threading.Lock()
         self._current: ComponentConfig | None = None
+        self._watches: list[Watch] = []
 
     @property
     def current(self) -> ComponentConfig | None:
@@ -251,12 +252,19 @@ class ConfigLoader:
             if guard is not None:
                 guard.close()
             raise
-        if guard is None:
-            return watch
-        return _Watches([w for w in (guard, watch) if w is not None])
+        made = watch if guard is None else _Watches([w for w in (guard, watch) if w is not None])
+        if made is not None:
+            with self._lock:
+                self._watches.append(made)
+        return made
 
     def close(self) -> None:
-        """Releases what the source holds (the edge runtime's IPC connection); idempotent."""
+        """Stops the watches this loader made and releases what the source holds (the edge
+        runtime's IPC connection); idempotent."""
+        with self._lock:
+            watches, self._watches = self._watches, []
+        for watch in watches:
+            watch.close()
         close = getattr(self.source, "close", None)
         if close is not None:
             close()
