@@ -52,6 +52,7 @@ def _validate(args: argparse.Namespace) -> int:
             args.config,
             thing=args.thing,
             platform=args.platform,
+            config_source=args.config_source,
             default_component=args.component,
         )
         document = loader.read()

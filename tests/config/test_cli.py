@@ -579,3 +579,11 @@ def test_run_refuses_what_validate_refuses_in_one_line(
     assert path in result.stderr
     assert "Traceback" not in result.stderr
     assert "starting echo" not in result.stderr
+
+
+def test_validate_refuses_an_unknown_config_source(write_json: Callable[..., Path]) -> None:
+    path = write_json(base_document())
+    result = validate("-c", str(path), "--config-source", "BLOB")
+    assert result.returncode == 2
+    assert "--config-source" in result.stderr
+    assert "'BLOB'" in result.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import threading
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from unskit.config import (
+    CONFIG_SOURCE_ENV,
     ComponentConfig,
     ConfigLoader,
     FileConfigProvider,
@@ -20,6 +22,7 @@ from unskit.config import (
     Platform,
     RuntimeConfigSource,
     SourceKind,
+    add_config_arguments,
     load_config,
     open_source,
     parse_document,
@@ -293,3 +296,114 @@ def test_file_provider_reports_changes(tmp_path: Path) -> None:
         assert seen[0].tags["owner"] == "b"
     finally:
         watch.close()
+
+
+# -- --config-source -------------------------------------------------------------------------
+
+
+def _parsed(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_config_source_option_is_parsed_and_any_case_is_taken(tmp_path: Path) -> None:
+    args = _parsed("--config-source", "mounted_dir", "-c", str(tmp_path))
+    assert args.config_source == "mounted_dir"
+    loader = ConfigLoader(
+        args.config, thing=THING, platform="HOST", config_source=args.config_source
+    )
+    assert isinstance(loader.source, MountedDirSource)
+    assert _parsed().config_source is None
+
+
+@pytest.mark.parametrize(
+    ("platform", "source", "expected"),
+    [
+        (Platform.HOST, "SHADOW", SourceKind.SHADOW),
+        (Platform.EDGE_RUNTIME, "CONFIG_COMPONENT", SourceKind.CONFIG_COMPONENT),
+        (Platform.EDGE_RUNTIME, "FILE", SourceKind.FILE),
+        (Platform.CLUSTER, "FILE", SourceKind.FILE),
+    ],
+)
+def test_config_source_chooses_the_source(
+    platform: Platform, source: str, expected: SourceKind
+) -> None:
+    # Nothing is read: the edge runtime's sources connect on first use.
+    loader = ConfigLoader("name", thing=THING, platform=platform, config_source=source)
+    assert loader.source.kind is expected
+
+
+def test_file_on_the_edge_runtime_keeps_the_watched_file(write_json: Callable[..., Path]) -> None:
+    path = write_json(base_document())
+    loader = ConfigLoader(path, thing=THING, platform="EDGE_RUNTIME", config_source="FILE")
+    assert isinstance(loader.source, RuntimeConfigSource)
+    assert isinstance(loader.source.provider, FileConfigProvider)
+    assert loader.load().tags == {"owner": "ops"}
+
+
+def test_config_source_comes_from_its_variable() -> None:
+    loader = ConfigLoader(
+        "holder",
+        thing=THING,
+        platform="EDGE_RUNTIME",
+        environ={CONFIG_SOURCE_ENV: "config_component"},
+    )
+    assert loader.source.kind is SourceKind.CONFIG_COMPONENT
+    assert "'holder'" in loader.source.location
+
+
+@pytest.mark.parametrize("where", ["option", "variable"])
+def test_an_unknown_config_source_is_refused_naming_the_option(where: str) -> None:
+    given = {"config_source": "SHADOWS"} if where == "option" else {}
+    environ = {CONFIG_SOURCE_ENV: "SHADOWS"} if where == "variable" else {}
+    with pytest.raises(ConfigError) as refused:
+        ConfigLoader("x", thing=THING, platform="HOST", environ=environ, **given)
+    [issue] = refused.value.issues
+    assert issue.path == "--config-source"
+    assert "'SHADOWS'" in issue.message
+    for name in ("FILE", "MOUNTED_DIR", "RUNTIME_CONFIG", "SHADOW", "CONFIG_COMPONENT"):
+        assert name in issue.message
+
+
+@pytest.mark.parametrize(
+    ("source", "path", "thing", "component", "option", "words"),
+    [
+        ("RUNTIME_CONFIG", "x.json", THING, None, "-c/--config", "names nothing"),
+        ("CONFIG_COMPONENT", None, THING, None, "-c/--config", "is required"),
+        ("SHADOW", None, THING, None, "-c/--config", "names the shadow"),
+        ("SHADOW", "name", None, None, "-t/--thing", "thing name is required"),
+    ],
+)
+def test_what_a_config_source_needs_is_named(
+    source: str, path: str | None, thing: str | None, component: str | None, option: str, words: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        ConfigLoader(
+            path,
+            thing=thing,
+            platform="EDGE_RUNTIME",
+            environ={},
+            config_source=source,
+            default_component=component,
+        )
+    [issue] = refused.value.issues
+    assert issue.path == option
+    assert words in issue.message
+
+
+def test_shadow_defaults_to_the_component_token() -> None:
+    loader = ConfigLoader(
+        None, thing=THING, platform="EDGE_RUNTIME", config_source="SHADOW", default_component=TOKEN
+    )
+    assert f"'unskit-{TOKEN}'" in loader.source.location
+    assert f"$aws/things/{THING}/shadow/name/unskit-{TOKEN}" in loader.source.location
+
+
+def test_edge_runtime_sources_without_the_runtime_are_a_config_error() -> None:
+    # The IPC variables unset: a ConfigError naming them (exit 2), not a traceback.
+    loader = ConfigLoader(None, thing=THING, platform="EDGE_RUNTIME", environ={})
+    assert loader.source.kind is SourceKind.RUNTIME_CONFIG
+    with pytest.raises(ConfigError) as refused:
+        loader.load()
+    assert "AWS_GG_NUCLEUS_DOMAIN_SOCKET_FILEPATH_FOR_COMPONENT" in str(refused.value)

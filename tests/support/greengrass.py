@@ -258,6 +258,80 @@ class Nucleus:
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(10)
 
+    def harness_recipe(self, name: str) -> dict[str, Any]:
+        """A recipe for harness `name` as the fixture defines it (same run line, its
+        configuration and accessControl as DefaultConfiguration), for a local deployment
+        that changes its configuration."""
+        harness = self.harnesses[name]
+        return {
+            "RecipeFormatVersion": "2020-01-25",
+            "ComponentName": name,
+            "ComponentVersion": "1.0.0",
+            "ComponentConfiguration": {
+                "DefaultConfiguration": {
+                    **harness.configuration,
+                    "accessControl": dict(harness.access_control),
+                }
+            },
+            "Manifests": [
+                {
+                    "Platform": {"os": "linux"},
+                    "Lifecycle": {
+                        "Run": f'printf %s "$SVCUID" > {self._svcuid_file(name)}; exec sleep 36000'
+                    },
+                }
+            ],
+        }
+
+    def deploy_configuration(
+        self, name: str, merge: Mapping[str, Any], timeout: float = 90.0
+    ) -> tuple[str, str]:
+        """A local deployment (Greengrass CLI, `cli=True`) merging `merge` into harness
+        `name`'s configuration; waits until it has finished and returns (status, the CLI's
+        status output, which holds the failure message).
+
+        Every harness is in the deployment: one defined only in config.yaml and left out
+        would be removed by it (measured: GetConfiguration of it is then ResourceNotFound)."""
+        recipes = self.root / "recipes"
+        recipes.mkdir(exist_ok=True)
+        merges: list[str] = []
+        for harness in self.harnesses:
+            recipe = json.dumps(self.harness_recipe(harness))
+            (recipes / f"{harness}-1.0.0.json").write_text(recipe)
+            merges += ["--merge", f"{harness}=1.0.0"]
+        created = self.cli_command(
+            "deployment", "create", "--recipeDir", str(recipes), *merges,
+            "--update-config", json.dumps({name: {"MERGE": dict(merge)}}),
+        )  # fmt: skip
+        found = re.search(r"Deployment Id: (\S+)", created)
+        if found is None:
+            raise RuntimeError(f"greengrass-cli deployment create said: {created}")
+        deployment = found.group(1)
+        status: list[str] = []
+
+        def finished() -> bool:
+            out = self.cli_command("deployment", "status", "-i", deployment)
+            status[:] = [out]
+            return any(word in out for word in ("SUCCEEDED", "FAILED", "REJECTED", "CANCELED"))
+
+        wait_until(finished, timeout, f"deployment {deployment} to finish", interval=0.2)
+        out = status[0]
+        state = next(w for w in ("SUCCEEDED", "FAILED", "REJECTED", "CANCELED") if w in out)
+        return state, out
+
+    def cli_command(self, *args: str) -> str:
+        """One greengrass-cli command; its output (RuntimeError with it when it fails)."""
+        done = subprocess.run(
+            [str(self.root / "bin" / "greengrass-cli"), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"greengrass-cli {' '.join(args)}: {done.stdout}{done.stderr}")
+        return done.stdout + done.stderr
+
     def remove(self) -> None:
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)

@@ -158,6 +158,7 @@ def _connect(args: argparse.Namespace) -> CommandClient:
         args.config,
         thing=args.thing,
         platform=args.platform,
+        config_source=args.config_source,
         default_component=args.component,
         broker=args.broker,
     )

@@ -7,6 +7,7 @@ it against the JSON Schemas in ``schemas/`` and returns a frozen `ComponentConfi
 
 from unskit.config.loader import (
     CONFIG_ENV,
+    CONFIG_SOURCE_ENV,
     THING_ENV_VARS,
     ConfigLoader,
     add_config_arguments,
@@ -56,6 +57,7 @@ from unskit.config.vault import Vault, VaultKey, VaultSecrets
 
 __all__ = [
     "CONFIG_ENV",
+    "CONFIG_SOURCE_ENV",
     "PLATFORM_ENV",
     "THING_ENV_VARS",
     "BrokerConfig",

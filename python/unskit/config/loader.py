@@ -20,12 +20,21 @@ from unskit.config.messaging import BrokerConfig
 from unskit.config.model import ComponentConfig, build_config
 from unskit.config.platform import Platform, detect_platform
 from unskit.config.schema import is_topic_level, validate_document
-from unskit.config.sources import ConfigProvider, ConfigSource, Watch, open_source
+from unskit.config.sources import (
+    SOURCE_OPTION,
+    ConfigProvider,
+    ConfigSource,
+    SourceKind,
+    Watch,
+    open_source,
+    parse_source_kind,
+)
 from unskit.config.values import DEFAULT_EMBEDDED_PORT, EMBEDDED_HOST
 from unskit.errors import ConfigError, ConfigIssue
 
 __all__ = [
     "CONFIG_ENV",
+    "CONFIG_SOURCE_ENV",
     "THING_ENV_VARS",
     "ConfigLoader",
     "add_config_arguments",
@@ -40,6 +49,8 @@ _log = logging.getLogger(__name__)
 
 # -c/--config when the option is not given.
 CONFIG_ENV = "UNSKIT_CONFIG"
+# --config-source when the option is not given.
+CONFIG_SOURCE_ENV = "UNSKIT_CONFIG_SOURCE"
 # The thing name when -t/--thing is not given, first set wins; the second is the variable
 # the managed edge runtime gives every component.
 THING_ENV_VARS = ("UNSKIT_THING_NAME", "AWS_IOT_THING_NAME")
@@ -115,6 +126,7 @@ class ConfigLoader:
         component_schema: Mapping[str, Any] | None = None,
         default_component: str | None = None,
         broker: str | None = None,
+        config_source: SourceKind | str | None = None,
     ) -> None:
         env = os.environ if environ is None else environ
         try:
@@ -123,14 +135,26 @@ class ConfigLoader:
             raise ConfigError([ConfigIssue(PLATFORM_OPTION, str(exc))]) from None
         if config_path is None and env.get(CONFIG_ENV):
             config_path = env[CONFIG_ENV]
-        self.source: ConfigSource = open_source(self.platform, config_path, provider=provider)
+        if config_source is None and env.get(CONFIG_SOURCE_ENV):
+            config_source = env[CONFIG_SOURCE_ENV]
+        kind = None if config_source is None else parse_source_kind(config_source)
         self.thing = resolve_thing_name(thing, env)
+        self.source: ConfigSource = open_source(
+            self.platform,
+            config_path,
+            provider=provider,
+            kind=kind,
+            thing=self.thing,
+            component=default_component,
+            environ=None if environ is None else env,
+        )
         self.component_schema = component_schema
         self.default_component = default_component
         #: `--broker HOST:PORT`: replaces messaging.local in every document read, reloads too.
         self.broker = broker
         self._lock = threading.Lock()
         self._current: ComponentConfig | None = None
+        self._watches: list[Watch] = []
 
     @property
     def current(self) -> ComponentConfig | None:
@@ -155,9 +179,21 @@ class ConfigLoader:
             source=self.source.location,
         )
 
+    def _settle(self, document: Mapping[str, Any], error: ConfigError | None) -> None:
+        # SHADOW writes what became of its desired state back as the reported state.
+        settle = getattr(self.source, "settle", None)
+        if settle is not None:
+            settle(document, error)
+
     def load(self) -> ComponentConfig:
         """Reads and resolves the configuration; raises `ConfigError` before anything starts."""
-        config = self.resolve(self.read())
+        document = self.source.read()
+        try:
+            config = self.resolve(self._override(document))
+        except ConfigError as exc:
+            self._settle(document, exc)
+            raise
+        self._settle(document, None)
         with self._lock:
             self._current = config
         _log.info(
@@ -188,8 +224,10 @@ class ConfigLoader:
             try:
                 config = self.resolve(self._override(document))
             except ConfigError as exc:
+                self._settle(document, exc)
                 rejected(exc)
                 return
+            self._settle(document, None)
             with self._lock:
                 if config == self._current:
                     return
@@ -197,7 +235,50 @@ class ConfigLoader:
             _log.info("configuration changed in %s", self.source.location)
             on_change(config)
 
-        return self.source.watch(changed, rejected)
+        def check(document: dict[str, Any]) -> list[str] | None:
+            # A deployment's proposed document (RUNTIME_CONFIG): refused before the runtime
+            # applies it, with the JSON path of every error, so the running one stays.
+            try:
+                self.resolve(self._override(document))
+            except ConfigError as exc:
+                return [str(exc)]
+            return None
+
+        validation = getattr(self.source, "validation", None)
+        guard = validation(check) if validation is not None else None
+        try:
+            watch = self.source.watch(changed, rejected)
+        except BaseException:
+            if guard is not None:
+                guard.close()
+            raise
+        made = watch if guard is None else _Watches([w for w in (guard, watch) if w is not None])
+        if made is not None:
+            with self._lock:
+                self._watches.append(made)
+        return made
+
+    def close(self) -> None:
+        """Stops the watches this loader made and releases what the source holds (the edge
+        runtime's IPC connection); idempotent."""
+        with self._lock:
+            watches, self._watches = self._watches, []
+        for watch in watches:
+            watch.close()
+        close = getattr(self.source, "close", None)
+        if close is not None:
+            close()
+
+
+class _Watches:
+    """Several watches closed as one."""
+
+    def __init__(self, watches: list[Watch]) -> None:
+        self._watches = watches
+
+    def close(self) -> None:
+        for watch in self._watches:
+            watch.close()
 
 
 def load_config(
@@ -209,9 +290,10 @@ def load_config(
     provider: ConfigProvider | None = None,
     component_schema: Mapping[str, Any] | None = None,
     default_component: str | None = None,
+    config_source: SourceKind | str | None = None,
 ) -> ComponentConfig:
     """Loads, validates and resolves a configuration in one call."""
-    return ConfigLoader(
+    loader = ConfigLoader(
         config_path,
         thing=thing,
         platform=platform,
@@ -219,17 +301,33 @@ def load_config(
         provider=provider,
         component_schema=component_schema,
         default_component=default_component,
-    ).load()
+        config_source=config_source,
+    )
+    try:
+        return loader.load()
+    finally:
+        loader.close()
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds -c/--config, -t/--thing and --platform to a component's argument parser."""
+    """Adds -c/--config, --config-source, -t/--thing and --platform to a component's
+    argument parser."""
     parser.add_argument(
         "-c",
         "--config",
         metavar="PATH",
-        help=f"configuration file or mounted directory (default: ${CONFIG_ENV}, "
-        "else by platform: config.json, /etc/unskit/config on CLUSTER)",
+        help=f"configuration file or mounted directory; with --config-source SHADOW the "
+        "shadow's name, with CONFIG_COMPONENT the component's (default: "
+        f"${CONFIG_ENV}, else by platform: config.json, /etc/unskit/config on CLUSTER, "
+        "the runtime's configuration of this component on EDGE_RUNTIME)",
+    )
+    parser.add_argument(
+        SOURCE_OPTION,
+        dest="config_source",
+        metavar="SOURCE",
+        help="FILE, MOUNTED_DIR, RUNTIME_CONFIG, SHADOW or CONFIG_COMPONENT (default: "
+        f"${CONFIG_SOURCE_ENV}, else by platform: FILE on HOST, MOUNTED_DIR on CLUSTER, "
+        "RUNTIME_CONFIG on EDGE_RUNTIME)",
     )
     parser.add_argument(
         "-t",

@@ -1,12 +1,26 @@
 """Where a configuration document comes from, by platform.
 
-=============  ==============  =====================================================
-platform       source          what ``-c/--config`` names
-=============  ==============  =====================================================
-HOST           FILE            a JSON (or YAML) file, read once
-CLUSTER        MOUNTED_DIR     a mounted directory (or a file in it), re-read on change
-EDGE_RUNTIME   RUNTIME_CONFIG  whatever the `ConfigProvider` reads (file-backed: a file)
-=============  ==============  =====================================================
+=============  ================  ===================================================
+platform       default source    what ``-c/--config`` names
+=============  ================  ===================================================
+HOST           FILE              a JSON (or YAML) file, read once
+CLUSTER        MOUNTED_DIR       a mounted directory (or a file in it), re-read on change
+EDGE_RUNTIME   RUNTIME_CONFIG    nothing: the component's own configuration over IPC
+                                 (a -c without --config-source: a file, watched)
+=============  ================  ===================================================
+
+Chosen with ``--config-source`` (any platform; SHADOW and CONFIG_COMPONENT need the edge
+runtime's IPC variables):
+
+================  ====================================================================
+source            what ``-c/--config`` names
+================  ====================================================================
+FILE              a file (on EDGE_RUNTIME watched, as a ``-c`` there always was)
+MOUNTED_DIR       a mounted directory
+RUNTIME_CONFIG    nothing (refused): the component's own configuration
+SHADOW            the named shadow (default ``unskit-{component}``, the built-in token)
+CONFIG_COMPONENT  the component whose configuration holds the document (required)
+================  ====================================================================
 
 A source returns the parsed document; validation is the loader's job.
 """
@@ -25,11 +39,13 @@ from typing import Any, Protocol
 from unskit.config.platform import Platform
 from unskit.config.values import MAX_DEPTH
 from unskit.config.watch import DirectoryWatcher
+from unskit.edge import providers
 from unskit.errors import ConfigError, ConfigIssue
 
 __all__ = [
     "DEFAULT_LOCATIONS",
     "DOCUMENT_NAMES",
+    "SOURCE_OPTION",
     "ConfigProvider",
     "ConfigSource",
     "FileConfigProvider",
@@ -40,6 +56,7 @@ __all__ = [
     "Watch",
     "open_source",
     "parse_document",
+    "parse_source_kind",
     "read_document",
     "source_kind_for",
 ]
@@ -53,6 +70,25 @@ class SourceKind(enum.Enum):
     FILE = "FILE"
     MOUNTED_DIR = "MOUNTED_DIR"
     RUNTIME_CONFIG = "RUNTIME_CONFIG"
+    SHADOW = "SHADOW"
+    CONFIG_COMPONENT = "CONFIG_COMPONENT"
+
+
+#: The option that chooses the source, for messages.
+SOURCE_OPTION = "--config-source"
+
+
+def parse_source_kind(value: str | SourceKind) -> SourceKind:
+    """`--config-source`'s value (any case); ConfigError naming the option and the choices."""
+    if isinstance(value, SourceKind):
+        return value
+    try:
+        return SourceKind(value.strip().upper())
+    except ValueError:
+        names = ", ".join(k.value for k in SourceKind)
+        raise ConfigError(
+            [ConfigIssue(SOURCE_OPTION, f"unknown source {value!r}; expected one of {names}")]
+        ) from None
 
 
 _KIND_BY_PLATFORM = {
@@ -434,12 +470,17 @@ class FileConfigProvider:
 
 
 class RuntimeConfigSource:
-    """EDGE_RUNTIME: the document comes from the runtime through a `ConfigProvider`."""
+    """EDGE_RUNTIME: the document comes from the runtime through a `ConfigProvider`.
 
-    kind = SourceKind.RUNTIME_CONFIG
+    Besides the protocol, a provider may have `settle(document, errors)` (told what became of
+    each document: SHADOW writes it back as the reported state), `subscribe_validation`
+    (RUNTIME_CONFIG: refuse a deployment before it is applied) and `close`."""
 
-    def __init__(self, provider: ConfigProvider) -> None:
+    def __init__(
+        self, provider: ConfigProvider, kind: SourceKind = SourceKind.RUNTIME_CONFIG
+    ) -> None:
         self.provider = provider
+        self.kind = kind
 
     @property
     def location(self) -> str:
@@ -460,18 +501,102 @@ class RuntimeConfigSource:
         """Reports each document the provider pushes."""
         return self.provider.subscribe(on_document, on_error)
 
+    def settle(self, document: Mapping[str, Any], error: ConfigError | None) -> None:
+        """Tells the provider what became of `document` (None: applied)."""
+        settle = getattr(self.provider, "settle", None)
+        if settle is not None:
+            settle(document, None if error is None else [str(i) for i in error.issues])
+
+    def validation(self, check: Callable[[dict[str, Any]], list[str] | None]) -> Watch | None:
+        """Has the provider refuse a deployment `check` refuses; None when it cannot."""
+        subscribe = getattr(self.provider, "subscribe_validation", None)
+        return None if subscribe is None else subscribe(check)
+
+    def close(self) -> None:
+        """Closes the provider's connection, if it has one."""
+        close = getattr(self.provider, "close", None)
+        if close is not None:
+            close()
+
 
 def open_source(
     platform: Platform,
     path: str | os.PathLike[str] | None = None,
     *,
     provider: ConfigProvider | None = None,
+    kind: SourceKind | str | None = None,
+    thing: str | None = None,
+    component: str | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> ConfigSource:
-    """The platform's source for `path` (its default location when None)."""
-    location = DEFAULT_LOCATIONS[platform] if path is None else path
-    kind = source_kind_for(platform)
-    if kind is SourceKind.MOUNTED_DIR:
-        return MountedDirSource(location)
-    if kind is SourceKind.RUNTIME_CONFIG:
-        return RuntimeConfigSource(provider or FileConfigProvider(location))
-    return FileSource(location)
+    """The source for `path`: `kind` (`--config-source`) when given, else the platform's.
+
+    `thing` and `component` (the built-in token) name SHADOW's shadow; `environ` holds the
+    edge runtime's IPC variables (the process's when None). On EDGE_RUNTIME, without `kind`,
+    a `path` keeps its old meaning (a file, watched) and no path reads the component's own
+    configuration from the runtime."""
+    chosen = source_kind_for(platform) if kind is None else parse_source_kind(kind)
+    if provider is not None and chosen in _PROVIDED:
+        return RuntimeConfigSource(provider, chosen)
+    if chosen is SourceKind.MOUNTED_DIR:
+        return MountedDirSource(DEFAULT_LOCATIONS[Platform.CLUSTER] if path is None else path)
+    if chosen is SourceKind.FILE:
+        location = DEFAULT_LOCATIONS[Platform.HOST] if path is None else path
+        if platform is Platform.EDGE_RUNTIME:
+            return RuntimeConfigSource(FileConfigProvider(location), SourceKind.FILE)
+        return FileSource(location)
+    if chosen is SourceKind.RUNTIME_CONFIG:
+        if path is not None and kind is None:
+            return RuntimeConfigSource(FileConfigProvider(path))
+        if path is not None:
+            raise ConfigError(
+                [
+                    ConfigIssue(
+                        "-c/--config",
+                        f"names nothing for {SOURCE_OPTION} RUNTIME_CONFIG (the component's "
+                        f"own configuration); a file is read with {SOURCE_OPTION} FILE",
+                    )
+                ]
+            )
+        return RuntimeConfigSource(providers.RuntimeConfigProvider(environ))
+    if chosen is SourceKind.CONFIG_COMPONENT:
+        if path is None:
+            raise ConfigError(
+                [
+                    ConfigIssue(
+                        "-c/--config",
+                        f"is required with {SOURCE_OPTION} CONFIG_COMPONENT: it names the "
+                        "component whose configuration holds the document",
+                    )
+                ]
+            )
+        return RuntimeConfigSource(
+            providers.ComponentConfigProvider(os.fspath(path), environ), chosen
+        )
+    # SHADOW
+    if thing is None:
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    "-t/--thing",
+                    f"{SOURCE_OPTION} SHADOW reads a shadow of the thing: a thing name is "
+                    "required (give -t/--thing or set AWS_IOT_THING_NAME)",
+                )
+            ]
+        )
+    if path is None and component is None:
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    "-c/--config",
+                    f"is required with {SOURCE_OPTION} SHADOW here: it names the shadow (the "
+                    "default, unskit-{component}, needs a built-in component token)",
+                )
+            ]
+        )
+    name = f"unskit-{component}" if path is None else os.fspath(path)
+    return RuntimeConfigSource(providers.ShadowProvider(thing, name, environ), chosen)
+
+
+#: The sources a given `ConfigProvider` stands for.
+_PROVIDED = (SourceKind.RUNTIME_CONFIG, SourceKind.SHADOW, SourceKind.CONFIG_COMPONENT)

@@ -311,14 +311,18 @@ def run_component(
             args.config,
             thing=args.thing,
             platform=args.platform,
+            config_source=args.config_source,
             component_schema=app_class.schema,
             default_component=app_class.token,
             broker=args.broker,
         )
-        config = loader.load()
-        # A component may refuse its configuration at start (no valid instance): exit 2 too,
-        # after the runtime stopped what had started.
-        return Runtime(config).run(app_class(), loader)
+        try:
+            config = loader.load()
+            # A component may refuse its configuration at start (no valid instance): exit 2
+            # too, after the runtime stopped what had started.
+            return Runtime(config).run(app_class(), loader)
+        finally:
+            loader.close()  # the edge runtime's IPC connection, for its sources
     except (ConfigError, EdgeRuntimeError) as error:
         # EdgeRuntimeError: on the edge runtime without its IPC variables (or its SDK).
         print(f"unskit run {name}: {error}", file=sys.stderr)
