@@ -36,7 +36,8 @@
     │                `connection_lost` asks the runtime to reconnect with backoff
     ├── EdgeRuntimeError: an edge-runtime IPC call that failed (the nucleus not there, the
     │   │                  connection lost, a request the runtime refused)
-    │   └── AccessDeniedError: the component's recipe lacks the permission (operation, resource)
+    │   ├── AccessDeniedError: the component's recipe lacks the permission (operation, resource)
+    │   └── ComponentNotFoundError: a component the runtime does not have (CONFIG_COMPONENT)
     ├── EstError: an EST (RFC 7030) enrollment that failed: server unreachable, TLS refused,
     │             an HTTP error, or a reply that is not what the protocol promises
     ├── CaptureError: a camera capture stage that failed (backend, encoding, persistence);
@@ -61,6 +62,7 @@ __all__ = [
     "CaptureError",
     "CipError",
     "CommandError",
+    "ComponentNotFoundError",
     "ConfigError",
     "ConfigIssue",
     "CredentialError",
@@ -215,6 +217,18 @@ class AccessDeniedError(EdgeRuntimeError):
         #: The IPC operation refused (e.g. ``SubscribeToTopic``) and what it was on.
         self.operation = operation
         self.resource = resource
+
+
+class ComponentNotFoundError(EdgeRuntimeError):
+    """GetConfiguration or SubscribeToConfigurationUpdate named a component the runtime does
+    not have (or one without a configuration)."""
+
+    def __init__(self, operation: str, component: str) -> None:
+        super().__init__(
+            f"{operation}: the edge runtime has no component {component!r} (or it has no "
+            "configuration): check the name and that it is deployed to this device"
+        )
+        self.component = component
 
 
 class EstError(UnskitError):

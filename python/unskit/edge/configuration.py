@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from unskit.edge.connection import IpcConnection, edge_error
-from unskit.errors import EdgeRuntimeError
+from unskit.errors import ComponentNotFoundError
 
 __all__ = [
     "OPERATION_TIMEOUT_S",
@@ -36,18 +36,6 @@ OPERATION_TIMEOUT_S = 10.0
 #: The nucleus records that it awaits a validity report only after it has sent the event,
 #: so a report that overtakes that is refused ("never made"); it is retried this long.
 _REPORT_RETRY_S = 2.0
-
-
-class ComponentNotFoundError(EdgeRuntimeError):
-    """GetConfiguration or SubscribeToConfigurationUpdate named a component the runtime does
-    not have (or one without a configuration)."""
-
-    def __init__(self, operation: str, component: str) -> None:
-        super().__init__(
-            f"{operation}: the edge runtime has no component {component!r} (or it has no "
-            "configuration): check the name and that it is deployed to this device"
-        )
-        self.component = component
 
 
 @dataclass(frozen=True)
