@@ -64,6 +64,20 @@ class Stream:
             _log.debug("edge runtime: closing %s: %s", self._name, exc)
 
 
+def stream_ends(on_closed: Callable[[str], None]) -> dict[str, Any]:
+    """The SDK's stream-error and stream-closed callbacks, both reported to `on_closed` with
+    the reason (an error closes the stream: it is of no use after one)."""
+
+    def error(exc: Exception) -> bool:
+        on_closed(f"{type(exc).__name__}: {exc}")
+        return True
+
+    return {
+        "on_stream_error": error,
+        "on_stream_closed": lambda: on_closed("the stream was closed"),
+    }
+
+
 def _result(future: Any, operation: str, resource: str = "") -> Any:
     try:
         return future.result(OPERATION_TIMEOUT_S)
@@ -104,16 +118,11 @@ def subscribe_to_configuration_update(
         if update is not None:
             on_change(list(update.key_path or []))
 
-    def error(exc: Exception) -> bool:
-        on_closed(f"{type(exc).__name__}: {exc}")
-        return True
-
     future, operation = connection.client.subscribe_to_configuration_update_async(
         component_name=component,
         key_path=[],
         on_stream_event=event,
-        on_stream_error=error,
-        on_stream_closed=lambda: on_closed("the stream was closed"),
+        **stream_ends(on_closed),
     )
     try:
         future.result(OPERATION_TIMEOUT_S)
@@ -143,14 +152,9 @@ def subscribe_to_validate_configuration_updates(
                 )
             )
 
-    def error(exc: Exception) -> bool:
-        on_closed(f"{type(exc).__name__}: {exc}")
-        return True
-
     future, operation = connection.client.subscribe_to_validate_configuration_updates_async(
         on_stream_event=event,
-        on_stream_error=error,
-        on_stream_closed=lambda: on_closed("the stream was closed"),
+        **stream_ends(on_closed),
     )
     _result(future, "SubscribeToValidateConfigurationUpdates")
     return Stream(operation, "SubscribeToValidateConfigurationUpdates")

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from unskit.edge.configuration import OPERATION_TIMEOUT_S, Stream
+from unskit.edge.configuration import OPERATION_TIMEOUT_S, Stream, stream_ends
 from unskit.edge.connection import IpcConnection, edge_error
 
 __all__ = [
@@ -85,15 +85,10 @@ def subscribe_to_topic(
         if structured is not None:
             on_message(json.dumps(structured.message).encode())
 
-    def error(exc: Exception) -> bool:
-        on_closed(f"{type(exc).__name__}: {exc}")
-        return True
-
     future, operation = connection.client.subscribe_to_topic_async(
         topic=topic,
         on_stream_event=event,
-        on_stream_error=error,
-        on_stream_closed=lambda: on_closed("the stream was closed"),
+        **stream_ends(on_closed),
     )
     try:
         future.result(OPERATION_TIMEOUT_S)
