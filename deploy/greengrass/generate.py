@@ -183,7 +183,10 @@ def wheelhouse_name(version: str) -> str:
 
 
 def _startup(name: str, document: Mapping[str, Any]) -> str:
-    unskit = f"exec {{work:path}}/venv/bin/unskit run {name}"
+    # The component's state (the command journal; an outbox, a recorder's or egress's state
+    # unless the document names a stateDir) in its own work folder, owned by the user the
+    # nucleus runs it as: no home folder needed, and none shared with another component.
+    unskit = f"UNSKIT_STATE_DIR={{work:path}}/state exec {{work:path}}/venv/bin/unskit run {name}"
     if not CONFIG_THROUGH_FILE:
         return unskit
     # A quoted here-document: the interpolated JSON reaches the file byte for byte, whatever

@@ -19,10 +19,12 @@ import re
 import subprocess
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -76,6 +78,11 @@ class Deployed:
         return _cli(self.nucleus, *args)
 
 
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _artifacts(tmp_path_factory.mktemp("artifacts"))
+
+
 def _artifacts(folder: Path) -> Path:
     """artifactDir/NAME/VERSION/unskit-wheelhouse-VERSION.zip for each adapter."""
     wheel = built("unskit-*.whl")
@@ -118,7 +125,7 @@ def _nucleus_environ() -> dict[str, str]:
     return env
 
 
-def _cli(nucleus: Nucleus, *args: str) -> str:
+def _cli(nucleus: Nucleus, *args: str, check: bool = True) -> str:
     done = subprocess.run(
         [str(nucleus.root / "bin" / "greengrass-cli"), *args],
         capture_output=True,
@@ -126,23 +133,37 @@ def _cli(nucleus: Nucleus, *args: str) -> str:
         timeout=120,
         check=False,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+    assert done.returncode == 0 or not check, done.stdout + done.stderr
+    return done.stdout + done.stderr
 
 
 def _status(nucleus: Nucleus, deployment_id: str) -> str:
-    out = _cli(nucleus, "deployment", "status", "-i", deployment_id)
+    out = _cli(nucleus, "deployment", "status", "-i", deployment_id, check=False)
+    if "Cannot find deployment" in out:
+        return "NOT-YET-QUEUED"  # asked before the nucleus registered it
     # "<id>: SUCCEEDED" (the CLI's `deployment list` says "Status: SUCCEEDED").
     found = re.search(rf"{re.escape(deployment_id)}: (\w+)", out)
-    return found[1] if found else out
+    assert found, out
+    return found[1]
 
 
-def _deploy(nucleus: Nucleus, recipes: Path, artifacts: Path | None, *components: str) -> float:
-    """`greengrass-cli deployment create` merging `components`; the seconds to SUCCEEDED."""
+def _deploy(
+    nucleus: Nucleus,
+    recipes: Path,
+    artifacts: Path | None,
+    *components: str,
+    update_config: Mapping[str, Any] | None = None,
+    expect: str = "SUCCEEDED",
+) -> float:
+    """`greengrass-cli deployment create` merging `components` (NAME=VERSION), with
+    `update_config` (`--update-config`); the seconds until it ended as `expect`."""
     started = time.monotonic()
-    merges = [arg for c in components for arg in ("--merge", c)]
-    more = ["--artifactDir", str(artifacts)] if artifacts is not None else []
-    out = _cli(nucleus, "deployment", "create", "--recipeDir", str(recipes), *more, *merges)
+    more = [arg for c in components for arg in ("--merge", c)]
+    if artifacts is not None:
+        more += ["--artifactDir", str(artifacts)]
+    if update_config is not None:
+        more += ["--update-config", json.dumps(update_config)]
+    out = _cli(nucleus, "deployment", "create", "--recipeDir", str(recipes), *more)
     found = re.search(r"Deployment Id: (\S+)", out)
     assert found, out
     deployment_id = found[1]
@@ -154,8 +175,25 @@ def _deploy(nucleus: Nucleus, recipes: Path, artifacts: Path | None, *components
     )
     status = _status(nucleus, deployment_id)
     logs = {c: nucleus.log(c.split("=")[0])[-4000:] for c in components}
-    assert status == "SUCCEEDED", (status, logs, nucleus.log()[-4000:])
+    assert status == expect, (status, logs, nucleus.log()[-4000:])
     return time.monotonic() - started
+
+
+def _start_nucleus() -> Nucleus:
+    nucleus = Nucleus(
+        [],
+        cli=True,
+        # The startup step writes the configuration through {configuration:/...} until
+        # RUNTIME_CONFIG reads GetConfiguration (deploy/greengrass/generate.py).
+        nucleus_configuration={"interpolateComponentConfiguration": True},
+        environ=_nucleus_environ(),
+    ).start()
+    try:
+        wait_until((nucleus.root / "bin" / "greengrass-cli").exists, 60, "the CLI installed")
+    except BaseException:
+        nucleus.remove()
+        raise
+    return nucleus
 
 
 def _listener(nucleus: Nucleus, folder: Path) -> MessagingClient:
@@ -200,20 +238,11 @@ def _environ_of(nucleus: Nucleus, svcuid: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
+def deployed(tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[Deployed]:
     folder = tmp_path_factory.mktemp("deploy")
-    artifacts = _artifacts(folder)
-    nucleus = Nucleus(
-        [],
-        cli=True,
-        # The startup step writes the configuration through {configuration:/...} until
-        # RUNTIME_CONFIG reads GetConfiguration (deploy/greengrass/generate.py).
-        nucleus_configuration={"interpolateComponentConfiguration": True},
-        environ=_nucleus_environ(),
-    ).start()
+    nucleus = _start_nucleus()
     client: MessagingClient | None = None
     try:
-        wait_until((nucleus.root / "bin" / "greengrass-cli").exists, 60, "the CLI installed")
         client = _listener(nucleus, folder)
         inbox = Inbox()
         for name in ADAPTERS.values():
@@ -234,18 +263,36 @@ def _components(deployment: Deployed) -> dict[str, str]:
     return dict(re.findall(r"Component Name: (\S+)\s+Version: \S+\s+State: (\w+)", out))
 
 
+def _install_seconds(nucleus: Nucleus, component: str) -> float:
+    """From the install step's start to the startup step's, by the component log."""
+    starts = {}
+    for line in nucleus.log(component).splitlines():
+        for step in ("install", "startup"):
+            if "shell-runner-start" in line and f"lifecycle.{step}" in line:
+                starts.setdefault(step, line.split(" ", 1)[0])
+    assert set(starts) == {"install", "startup"}, nucleus.log(component)[-3000:]
+    install, startup = (
+        datetime.fromisoformat(starts[k].replace("Z", "+00:00")) for k in ("install", "startup")
+    )
+    return round((startup - install).total_seconds(), 1)
+
+
 def _process(nucleus: Nucleus, component: str) -> int:
     """The pid of the component's `unskit run` (the startup step exec'd it)."""
-    venv = str(nucleus.root / "work" / component / "venv" / "bin" / "unskit")
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if any(a.decode(errors="replace") == venv for a in argv):
-                return int(entry.name)
-    raise AssertionError(f"no process runs {venv}")
+        if entry.name.isdigit() and _runs(nucleus, component, int(entry.name)):
+            return int(entry.name)
+    raise AssertionError(f"no process of {component} runs")
+
+
+def _runs(nucleus: Nucleus, component: str, pid: int) -> bool:
+    """Whether process `pid` is the component's `unskit run`."""
+    venv = str(nucleus.root / "work" / component / "venv" / "bin" / "unskit")
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(a.decode(errors="replace") == venv for a in argv)
 
 
 def test_the_committed_recipes_are_the_generated_ones() -> None:
@@ -260,8 +307,9 @@ def test_both_adapters_deploy_and_report_running(deployed: Deployed) -> None:
         log = deployed.nucleus.log(component)
         assert "lifecycle state RUNNING reported to the edge runtime" in log, log[-3000:]
         assert "Traceback" not in log, log[-3000:]
-    # How long `deployment create` to SUCCEEDED took (pip installs included), for the record.
-    print(f"deployment of {len(ADAPTERS)} components: {deployed.seconds:.1f} s")
+    # How long `deployment create` to SUCCEEDED took, and each install step, for the record.
+    installs = {c: _install_seconds(deployed.nucleus, c) for c in ADAPTERS}
+    print(f"deployment of both adapters: {deployed.seconds:.1f} s, installs {installs}")
 
 
 def test_the_components_run_the_wheel_installed_offline_in_their_venv(deployed: Deployed) -> None:
@@ -380,3 +428,55 @@ def test_the_policy_allows_the_components_own_topics_and_nothing_more(
         assert refusal is None, refusal
     else:
         assert isinstance(refusal, AccessDeniedError), refusal
+
+
+#: The two tests below need the configuration read from the runtime (GetConfiguration and
+#: its updates, validated before they apply); today the startup step writes it to a file
+#: once, so an update restarts the component and is never validated first.
+RUNTIME_CONFIG = "RUNTIME_CONFIG from GetConfiguration lands with edge-config"
+ADAPTER = "com.unskit.EthernetIpAdapter"
+
+
+class ConfigNotFromRuntimeError(AssertionError):
+    """The one failure these tests expect today: any other (a deployment that did not go as
+    it should, a fixture) fails them for real."""
+
+
+@pytest.fixture(scope="module")
+def alone(artifacts: Path) -> Iterator[Nucleus]:
+    """A nucleus of its own with only the ethernet-ip-adapter: these tests change it."""
+    nucleus = _start_nucleus()
+    try:
+        _deploy(nucleus, EXAMPLE / "recipes", artifacts, f"{ADAPTER}={VERSION}")
+        yield nucleus
+    finally:
+        nucleus.remove()
+
+
+@pytest.mark.xfail(strict=True, reason=RUNTIME_CONFIG, raises=ConfigNotFromRuntimeError)
+def test_a_second_deployment_changes_the_configuration_live(alone: Nucleus) -> None:
+    pid = _process(alone, ADAPTER)
+    update = {ADAPTER: {"MERGE": {"logging": {"level": "DEBUG"}}}}
+    _deploy(alone, EXAMPLE / "recipes", None, f"{ADAPTER}={VERSION}", update_config=update)
+    wait_until(lambda: "[DEBUG]" in alone.log(ADAPTER), 30, "the adapter logging at DEBUG")
+    # Applied by the running process (the runtime's update), not by a restart.
+    if not _runs(alone, ADAPTER, pid):
+        raise ConfigNotFromRuntimeError("the update restarted the component")
+
+
+@pytest.mark.xfail(strict=True, reason=RUNTIME_CONFIG, raises=ConfigNotFromRuntimeError)
+def test_an_invalid_value_fails_the_deployment_and_the_component_runs_on(alone: Nucleus) -> None:
+    pid = _process(alone, ADAPTER)
+    bad = {"component": {"global": {"defaults": {"pollIntervalMs": -5}}}}
+    _deploy(
+        alone,
+        EXAMPLE / "recipes",
+        None,
+        f"{ADAPTER}={VERSION}",
+        update_config={ADAPTER: {"MERGE": bad}},
+        expect="FAILED",
+    )
+    # Refused before it applied: the component was never stopped (today the nucleus restarts
+    # it into the invalid document, which it refuses, and rolls the deployment back).
+    if not _runs(alone, ADAPTER, pid):
+        raise ConfigNotFromRuntimeError("the invalid update stopped the component")
