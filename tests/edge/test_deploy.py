@@ -356,13 +356,24 @@ def test_both_adapters_publish_on_the_ipc_bus(deployed: Deployed) -> None:
         30,
         "a scheduled capture's image event from the camera-adapter",
     )
+    # Everything each component published and subscribed to, its policy allowed.
+    for component in ADAPTERS:
+        log = deployed.nucleus.log(component)
+        assert "access denied by the edge runtime" not in log, log[-3000:]
+        assert "not authorized" not in log, log[-3000:]
 
 
 def test_a_command_is_answered_through_the_allowed_topics(deployed: Deployed) -> None:
-    request = MessageBuilder("Describe", "1").body({}).build()
-    for name in ADAPTERS.values():
+    # The inbox subscribed to its own filters and the reply went to the caller's lib/reply-
+    # topic: both allowed by the recipe, nothing more needed.
+    instances = {"ethernet-ip-adapter": "press-1", "camera-adapter": "line-1-top"}
+    for name, instance in instances.items():
+        request = MessageBuilder("Describe", "1").body({}).build()
         reply = deployed.client.request(f"uns/{THING_NAME}/{name}/cmd/sb/describe", request).get(15)
         assert isinstance(reply.body, dict), reply.body
+        assert reply.body["component"] == name, reply.body
+        assert reply.body["instances"] == [instance], reply.body
+        assert "sb/describe" in {verb["verb"] for verb in reply.body["verbs"]}, reply.body
 
 
 def _as_the_adapter(deployed: Deployed) -> IpcConnection:
