@@ -21,7 +21,8 @@ as the package. Each recipe holds (docs/deployment.md, "AWS IoT Greengrass v2"):
   every dependency wheel for the gateway), unarchived by the nucleus; ``install`` makes a venv
   and installs from it with ``--no-index``, so a gateway without an index installs offline;
 - ``startup`` (not ``run``: the component reports RUNNING itself once ready) runs
-  ``unskit run NAME``.
+  ``unskit run NAME`` with ``UNSKIT_STATE_DIR={work:path}/state`` (its state in its own work
+  folder).
 
 The configuration reaches the component through a file today: the startup step writes each
 top-level section of the runtime's configuration (``{configuration:/SECTION}``, which needs

@@ -40,7 +40,9 @@ from unskit.edge.pubsub import StreamCallbacks, close_stream, publish_binary, su
 from unskit.errors import AccessDeniedError, EdgeRuntimeError
 from unskit.messaging import MessagingClient
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# A deployment's fixture installs two venvs (a first run also fills the wheelhouse): more
+# than the suite's 120 s per test may pass before the first test of the module runs.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
 EXAMPLE = ROOT / "examples" / "edge-runtime"
 ADAPTERS = {
