@@ -6,8 +6,6 @@ broker."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import re
@@ -15,23 +13,19 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from subprocess import CompletedProcess
 
 import cv2
 import numpy as np
 import pytest
 
 from tests.support.servers import free_port, readyz, wait_until
+from tests.support.wheel import ROOT, built, fill_wheelhouse, pip, wheelhouse
 from unskit import MessageBuilder
 from unskit.config.model import BrokerConfig, MessagingConfig
 from unskit.messaging import MessagingClient
 
-ROOT = Path(__file__).resolve().parents[1]
-#: Where `make wheel` leaves the wheel and the sdist (UNSKIT_DIST for another folder).
-DIST = Path(os.environ.get("UNSKIT_DIST", ROOT / "dist"))
 EXAMPLES = sorted((ROOT / "examples").glob("*.json"))
 #: The one extra the fresh environment gets: the echo check needs its broker.
 EXTRA = "embedded"
@@ -46,8 +40,6 @@ NEEDS_EXTRA = {
     "file-egress-http.json": "http",
     "opcua-adapter.json": "opcua",
 }
-#: Sources a wheel older than is stale (caches and bytecode excluded).
-SOURCES = ("python/**/*.py", "python/**/*.json", "rust/**/*.rs", "Cargo.toml", "pyproject.toml")
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -77,14 +69,7 @@ class Installed:
 
 @pytest.fixture(scope="module")
 def artifacts() -> Artifacts:
-    wheels = sorted(DIST.glob("unskit-*.whl"))
-    sdists = sorted(DIST.glob("unskit-*.tar.gz"))
-    assert len(wheels) == 1, f"one wheel expected in {DIST} (`make wheel` builds it): {wheels}"
-    assert len(sdists) == 1, f"one sdist expected in {DIST} (`make wheel` builds it): {sdists}"
-    built = min(wheels[0].stat().st_mtime, sdists[0].stat().st_mtime)
-    newer = [p for g in SOURCES for p in ROOT.glob(g) if p.stat().st_mtime > built]
-    assert not newer, f"{DIST} is older than {newer[:3]}: run `make wheel`"
-    return Artifacts(wheels[0], sdists[0])
+    return Artifacts(built("unskit-*.whl"), built("unskit-*.tar.gz"))
 
 
 def _without_rust(path: str) -> str:
@@ -121,44 +106,16 @@ def installed(artifacts: Artifacts, tmp_path_factory: pytest.TempPathFactory) ->
         [base, "-m", "venv", "--without-pip", str(venv)], check=True, env=env, timeout=60
     )
     requirement = f"{artifacts.wheel}[{EXTRA}]"
-    with _wheelhouse() as wheelhouse:
-        local = ["--no-index", "--find-links", str(wheelhouse)]
-        install = _pip(env, home, "--python", str(venv / "bin" / "python"), "install", *local)
+    with wheelhouse() as folder:
+        local = ["--no-index", "--find-links", str(folder)]
+        install = pip(env, home, "--python", str(venv / "bin" / "python"), "install", *local)
         result = install("--no-compile", requirement)
         if result.returncode != 0:
             # A dependency not in the wheelhouse yet (the first run, a new pin): fetch it once.
-            fetched = _pip(env, home, "download", "--dest", str(wheelhouse))(requirement)
-            assert fetched.returncode == 0, fetched.stdout + fetched.stderr
-            for ours in wheelhouse.glob("unskit-*"):  # pip download copied the wheel too
-                ours.unlink()
+            fill_wheelhouse(folder, requirement, env, home)
             result = install("--no-compile", requirement)
     assert result.returncode == 0, result.stdout + result.stderr
     return Installed(venv, env, home)
-
-
-@contextlib.contextmanager
-def _wheelhouse() -> Iterator[Path]:
-    """The wheels of the dependencies, kept between runs (the index is asked only for what is
-    missing), locked against another run filling it at the same time."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    folder = cache / "unskit-tests" / "wheelhouse"
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield folder
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _pip(env: dict[str, str], cwd: Path, *args: str) -> Callable[..., CompletedProcess[str]]:
-    def run(*more: str) -> CompletedProcess[str]:
-        command = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args]
-        return subprocess.run(
-            [*command, *more], env=env, cwd=cwd, capture_output=True, text=True, timeout=600
-        )
-
-    return run
 
 
 def test_auditwheel_reports_the_manylinux_policy_of_the_wheels_tag(artifacts):

@@ -95,6 +95,7 @@ class Nucleus:
         cli: bool = False,
         services: Mapping[str, Any] | None = None,
         nucleus_configuration: Mapping[str, Any] | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.jars = greengrass_dir()
         self.root = Path(tempfile.mkdtemp(prefix="gg.", dir="/tmp"))
@@ -103,6 +104,9 @@ class Nucleus:
         self.cli = cli
         self.services = dict(services or {})
         self.nucleus_configuration = dict(nucleus_configuration or {})
+        #: The nucleus's environment, which every component it runs inherits (None: this
+        #: process's).
+        self.environ = None if environ is None else dict(environ)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -189,7 +193,11 @@ class Nucleus:
         ]  # fmt: skip
         with (self.root / "nucleus.out").open("ab") as out:
             self.process = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=self.environ,
             )
         wait_until(
             lambda: (
