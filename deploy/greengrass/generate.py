@@ -24,11 +24,9 @@ as the package. Each recipe holds (docs/deployment.md, "AWS IoT Greengrass v2"):
   ``unskit run NAME`` with ``UNSKIT_STATE_DIR={work:path}/state`` (its state in its own work
   folder).
 
-The configuration reaches the component through a file today: the startup step writes each
-top-level section of the runtime's configuration (``{configuration:/SECTION}``, which needs
-the nucleus's ``interpolateComponentConfiguration: true``) to ``{work:path}/config.json`` and
-runs ``unskit run NAME -c`` it (RUNTIME_CONFIG's file-backed provider). Once RUNTIME_CONFIG
-reads GetConfiguration, `CONFIG_THROUGH_FILE` goes False and the step is ``unskit run NAME``.
+The component reads its configuration from the runtime (RUNTIME_CONFIG, the EDGE_RUNTIME
+default without ``-c``): GetConfiguration, followed live, each deployment validated before it
+applies. The startup command interpolates no configuration, so a change never restarts it.
 """
 
 from __future__ import annotations
@@ -48,9 +46,6 @@ RECIPES = ROOT / "deploy" / "greengrass" / "recipes"
 EXAMPLES = ROOT / "examples"
 PREFIX = "com.unskit."
 PUBLISHER = "unskit"
-#: True until RUNTIME_CONFIG reads the configuration from GetConfiguration (edge-config): the
-#: startup step writes the runtime's configuration to a file that `-c` names.
-CONFIG_THROUGH_FILE = True
 #: The extra of each file-egress backend that needs an SDK (pyproject.toml).
 _EGRESS_EXTRAS = {
     "objectstore": "egress",
@@ -67,7 +62,6 @@ _RECORDED = ("signal-recorder",)
 INSTALL_TIMEOUT_S = 900
 #: What a startup that never reports RUNNING is given before the nucleus calls it broken.
 STARTUP_TIMEOUT_S = 300
-_HEREDOC = "UNSKIT_DOCUMENT"
 
 
 def project_version() -> str:
@@ -183,20 +177,11 @@ def wheelhouse_name(version: str) -> str:
     return f"unskit-wheelhouse-{version}"
 
 
-def _startup(name: str, document: Mapping[str, Any]) -> str:
+def _startup(name: str) -> str:
     # The component's state (the command journal; an outbox, a recorder's or egress's state
     # unless the document names a stateDir) in its own work folder, owned by the user the
     # nucleus runs it as: no home folder needed, and none shared with another component.
-    unskit = f"UNSKIT_STATE_DIR={{work:path}}/state exec {{work:path}}/venv/bin/unskit run {name}"
-    if not CONFIG_THROUGH_FILE:
-        return unskit
-    # A quoted here-document: the interpolated JSON reaches the file byte for byte, whatever
-    # quotes it holds. The sections are those of the default document.
-    sections = ", ".join(f'"{key}": {{configuration:/{key}}}' for key in document)
-    return (
-        f"cat > {{work:path}}/config.json <<'{_HEREDOC}'\n{{{sections}}}\n{_HEREDOC}\n"
-        f"{unskit} -c {{work:path}}/config.json"
-    )
+    return f"UNSKIT_STATE_DIR={{work:path}}/state exec {{work:path}}/venv/bin/unskit run {name}"
 
 
 def recipe(
@@ -231,7 +216,7 @@ def recipe(
                 "Platform": {"os": "linux"},
                 "Lifecycle": {
                     "install": {"Script": install, "Timeout": INSTALL_TIMEOUT_S},
-                    "startup": {"Script": _startup(name, document), "Timeout": STARTUP_TIMEOUT_S},
+                    "startup": {"Script": _startup(name), "Timeout": STARTUP_TIMEOUT_S},
                 },
                 "Artifacts": [{"Uri": uri, "Unarchive": "ZIP"}],
             }
