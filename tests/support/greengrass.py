@@ -95,7 +95,10 @@ class Nucleus:
         cli: bool = False,
         services: Mapping[str, Any] | None = None,
         nucleus_configuration: Mapping[str, Any] | None = None,
+        system: Mapping[str, Any] | None = None,
     ) -> None:
+        """`system`: more keys of the config's `system` block (the device certificate, key
+        and root CA the nucleus presents to its cloud MQTT endpoint)."""
         self.jars = greengrass_dir()
         self.root = Path(tempfile.mkdtemp(prefix="gg.", dir="/tmp"))
         self.harnesses = {h.name: h for h in harnesses}
@@ -103,6 +106,7 @@ class Nucleus:
         self.cli = cli
         self.services = dict(services or {})
         self.nucleus_configuration = dict(nucleus_configuration or {})
+        self.system = dict(system or {})
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -158,7 +162,7 @@ class Nucleus:
         dependencies.extend(n for n in self.services if n not in dependencies)
         services["main"] = {"dependencies": dependencies}
         return {
-            "system": {"rootpath": str(self.root), "thingName": THING_NAME},
+            "system": {"rootpath": str(self.root), "thingName": THING_NAME, **self.system},
             "services": services,
         }
 

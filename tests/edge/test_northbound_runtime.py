@@ -1,0 +1,285 @@
+"""The northbound link over the edge runtime's cloud MQTT proxy (``messaging.northbound.type:
+runtime``) against the real nucleus, pointed at a real Mosquitto with mutual TLS as its cloud
+endpoint: publishes at QoS 1 and 0 arrive there, a subscription receives what is published
+there, QoS 2 is refused, and store-and-forward keeps order and loses nothing, whether the
+broker is down (the nucleus's spooler holds, measured) or the nucleus is not reachable yet
+(the outbox holds)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import paho.mqtt.client as paho
+import pytest
+
+from tests.edge.conftest import HARNESS
+from tests.support.greengrass import Harness, Nucleus
+from tests.support.mosquitto import Mosquitto
+from tests.support.pki import Pki
+from tests.support.servers import wait_until
+from unskit import MessageBuilder
+from unskit.config.messaging import IpcConfig, ReconnectConfig, StoreAndForwardConfig
+from unskit.config.model import MessagingConfig
+from unskit.edge import SOCKET_ENV
+from unskit.envelope import Message
+from unskit.errors import UnsupportedQosError
+from unskit.messaging import MessagingClient
+from unskit.messaging.transport import QoS
+
+pytestmark = pytest.mark.integration
+
+#: What the nucleus logs when its cloud MQTT connection drops.
+INTERRUPTED = "AwsIotMqtt5Client: Connection interrupted."
+#: Quick reconnects: the tests wait for links coming back.
+FAST = ReconnectConfig(initial_delay_seconds=0.1, max_delay_seconds=0.5)
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Mosquitto]:
+    """A Mosquitto of this module's own (the tests stop and start it)."""
+    broker = Mosquitto(tmp_path_factory.mktemp("cloud"), pki).start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="module")
+def nucleus(cloud: Mosquitto, pki: Pki) -> Iterator[Nucleus]:
+    """A nucleus whose cloud endpoint is `cloud`'s mutual-TLS listener. The nucleus counts
+    as configured for the cloud only with iotCredEndpoint set too (measured: without it
+    PublishToIoTCore fails with "device is configured to run offline")."""
+    runtime = Nucleus(
+        [Harness(HARNESS)],
+        nucleus_configuration={
+            "iotDataEndpoint": "localhost",
+            "iotCredEndpoint": "localhost",
+            "mqtt": {"port": cloud.mtls_port},
+        },
+        system={
+            "certificateFilePath": str(pki.client_cert),
+            "privateKeyPath": str(pki.client_key),
+            "rootCaPath": str(pki.ca),
+        },
+    ).start()
+    yield runtime
+    runtime.remove()
+
+
+class CloudSubscriber:
+    """A paho client on the cloud broker with the test's client certificate: a persistent
+    session, so what arrives while it reconnects after a broker restart waits for it."""
+
+    def __init__(self, broker: Mosquitto, pki: Pki, topic_filter: str) -> None:
+        self.lock = threading.Lock()
+        self.received: list[tuple[str, bytes, int]] = []
+        self.subscribed = threading.Event()
+        self.client = paho.Client(
+            paho.CallbackAPIVersion.VERSION2,
+            client_id=f"cloud-{uuid.uuid4().hex[:8]}",
+            clean_session=False,
+        )
+        self.client.tls_set(
+            ca_certs=str(pki.ca), certfile=str(pki.client_cert), keyfile=str(pki.client_key)
+        )
+        self.client.on_message = self._on_message
+        self.client.on_subscribe = lambda *_: self.subscribed.set()
+        self.client.on_connect = lambda c, *_: c.subscribe(topic_filter, 1)
+        self.client.reconnect_delay_set(0.1, 0.5)
+        self.client.connect("localhost", broker.mtls_port)
+        self.client.loop_start()
+        assert self.subscribed.wait(10), "the cloud subscriber did not subscribe"
+
+    def _on_message(self, _c: paho.Client, _u: object, message: paho.MQTTMessage) -> None:
+        with self.lock:
+            self.received.append((message.topic, bytes(message.payload), message.qos))
+
+    def bodies(self) -> list[object]:
+        with self.lock:
+            return [Message.from_bytes(payload).body for _, payload, _ in self.received]
+
+    def publish(self, topic: str, payload: bytes) -> None:
+        self.client.publish(topic, payload, 1).wait_for_publish(10)
+
+    def close(self) -> None:
+        self.client.loop_stop()
+        self.client.disconnect()
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"nb-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def subscriber(cloud: Mosquitto, pki: Pki, prefix: str) -> Iterator[CloudSubscriber]:
+    client = CloudSubscriber(cloud, pki, f"{prefix}/#")
+    yield client
+    client.close()
+
+
+def runtime_client(
+    nucleus: Nucleus,
+    outbox: Path | None = None,
+    *,
+    environ: dict[str, str] | None = None,
+    connected: bool = True,
+) -> MessagingClient:
+    """A started client acting as the harness: its local link the IPC bus, its northbound
+    link the nucleus's cloud MQTT proxy (with an outbox at `outbox`)."""
+    token = uuid.uuid4().hex[:8]
+    northbound = IpcConfig(client_id=f"test-{token}", reconnect=FAST)
+    if outbox is not None:
+        northbound = replace(northbound, store_and_forward=StoreAndForwardConfig(path=outbox))
+    config = MessagingConfig(
+        local=None,
+        local_ipc=IpcConfig(client_id=f"test-{token}", reconnect=FAST),
+        northbound_runtime=northbound,
+        request_timeout_seconds=5,
+    )
+    client = MessagingClient(config, environ=environ or nucleus.component_env(HARNESS)).start()
+    if connected:
+        wait_until(client.northbound_connected, 15, "the northbound link over the proxy")
+    return client
+
+
+def envelope(body: object) -> Message:
+    return MessageBuilder("Test", "1.0").body(body).build()
+
+
+def test_publishes_at_qos_1_and_0_reach_the_cloud_broker(
+    nucleus: Nucleus, subscriber: CloudSubscriber, prefix: str
+) -> None:
+    client = runtime_client(nucleus)
+    try:
+        assert client.link_status(northbound=True)["endpoint"].startswith("ipc+iotcore:")
+        client.publish_northbound(f"{prefix}/one", envelope("at least once"), QoS.AT_LEAST_ONCE)
+        client.publish_northbound(f"{prefix}/zero", envelope("at most once"), QoS.AT_MOST_ONCE)
+        wait_until(lambda: len(subscriber.received) == 2, 10, "both publishes at the broker")
+        topics = sorted(topic for topic, _, _ in subscriber.received)
+        assert topics == [f"{prefix}/one", f"{prefix}/zero"]
+        assert sorted(map(str, subscriber.bodies())) == ["at least once", "at most once"]
+        # The nucleus answered both: nothing waits, nothing was lost.
+        status = client.publish_status(northbound=True)
+        assert (status.backlog, status.failures) == (0, 0)
+    finally:
+        client.close()
+
+
+def test_a_northbound_subscription_receives_what_the_cloud_publishes(
+    nucleus: Nucleus, subscriber: CloudSubscriber, prefix: str
+) -> None:
+    client = runtime_client(nucleus)
+    received: list[tuple[str, object]] = []
+    try:
+        client.subscribe_northbound(
+            f"{prefix}/down/+", lambda t, m: received.append((t, m.body)), QoS.AT_LEAST_ONCE
+        )
+        # The nucleus answers SubscribeToIoTCore once the broker took the subscription.
+        assert client.wait_subscribed(10, northbound=True)
+        subscriber.publish(f"{prefix}/down/cmd", envelope({"from": "cloud"}).to_bytes())
+        wait_until(lambda: received, 10, "the cloud's publish at the component")
+        assert received == [(f"{prefix}/down/cmd", {"from": "cloud"})]
+    finally:
+        client.close()
+
+
+def test_qos_2_is_refused_before_anything_is_sent_or_stored(
+    nucleus: Nucleus, subscriber: CloudSubscriber, prefix: str, tmp_path: Path
+) -> None:
+    plain = runtime_client(nucleus)
+    stored = runtime_client(nucleus, tmp_path / "outbox.sqlite3")
+    try:
+        for client in (plain, stored):
+            with pytest.raises(UnsupportedQosError, match="QoS 0 and 1 only"):
+                client.publish_northbound(f"{prefix}/two", envelope(2), QoS.EXACTLY_ONCE)
+            with pytest.raises(UnsupportedQosError, match="QoS 0 and 1 only"):
+                client.subscribe_northbound(f"{prefix}/two", lambda t, m: None, QoS.EXACTLY_ONCE)
+        status = stored.outbox_status()
+        assert status is not None
+        assert status.entries == 0
+        # A publish after them still goes: the refusals left both links as they were.
+        stored.publish_northbound(f"{prefix}/after", envelope("after"), QoS.AT_LEAST_ONCE)
+        wait_until(lambda: subscriber.bodies() == ["after"], 10, "the publish after the refusals")
+    finally:
+        plain.close()
+        stored.close()
+
+
+def test_with_the_broker_down_the_nucleus_spools_qos_1_and_delivers_it_in_order(
+    nucleus: Nucleus, cloud: Mosquitto, subscriber: CloudSubscriber, prefix: str, tmp_path: Path
+) -> None:
+    """Measured on the real nucleus: it answers PublishToIoTCore once the message is in its
+    own spooler (in memory, 2.5 MB by default), so while the cloud broker is down the outbox
+    empties at once and the nucleus holds the QoS 1 messages; it refuses a QoS 0 one
+    (keepQos0WhenOffline is false by default), counted as a failure."""
+    client = runtime_client(nucleus, tmp_path / "outbox.sqlite3")
+    try:
+        interruptions = nucleus.log().count(INTERRUPTED)
+        cloud.stop()  # SIGTERM: the subscriber's persistent session is saved
+        # Published only once the nucleus knows its cloud connection is gone: before, a
+        # QoS 0 publish could still be written to the dying connection.
+        wait_until(
+            lambda: nucleus.log().count(INTERRUPTED) > interruptions,
+            15,
+            "the nucleus seeing its cloud connection drop",
+        )
+        for i in range(20):
+            client.publish_northbound(f"{prefix}/spooled", envelope(i), QoS.AT_LEAST_ONCE)
+        client.publish_northbound(f"{prefix}/dropped", envelope("qos0"), QoS.AT_MOST_ONCE)
+        outbox = client.outbox_status
+        wait_until(
+            lambda: (s := outbox()) is not None and s.entries == 0,
+            10,
+            "the nucleus answering every stored publish while the broker is down",
+        )
+        wait_until(
+            lambda: client.publish_status(northbound=True).failures == 1,
+            10,
+            "the QoS 0 publish refused by the offline nucleus",
+        )
+        assert subscriber.received == []
+        cloud.start()
+        wait_until(lambda: len(subscriber.received) >= 20, 60, "the spooled publishes")
+        assert subscriber.bodies() == list(range(20))
+        assert {topic for topic, _, _ in subscriber.received} == {f"{prefix}/spooled"}
+    finally:
+        client.close()
+        if cloud.process is None:
+            cloud.start()
+
+
+def test_the_outbox_holds_publishes_until_the_nucleus_is_reachable(
+    nucleus: Nucleus, subscriber: CloudSubscriber, prefix: str, tmp_path: Path
+) -> None:
+    """The component up before the nucleus's socket is there (the socket path a link that
+    does not exist yet): publishes are stored, and go out in order once it is reachable."""
+    folder = Path(tempfile.mkdtemp(prefix="nb.", dir="/tmp"))  # a socket path < 108 bytes
+    socket = folder / "ipc.socket"
+    environ = {**nucleus.component_env(HARNESS), SOCKET_ENV: str(socket)}
+    client = runtime_client(nucleus, tmp_path / "outbox.sqlite3", environ=environ, connected=False)
+    try:
+        for i in range(10):
+            client.publish_northbound(f"{prefix}/held", envelope(i), QoS.AT_LEAST_ONCE)
+        status = client.outbox_status()
+        assert status is not None
+        assert status.entries == 10
+        assert not client.northbound_connected()
+        assert subscriber.received == []
+        os.symlink(nucleus.socket_path, socket)
+        wait_until(client.northbound_connected, 15, "the northbound link once reachable")
+        wait_until(lambda: len(subscriber.received) >= 10, 15, "the stored publishes")
+        assert subscriber.bodies() == list(range(10))
+        wait_until(
+            lambda: (s := client.outbox_status()) is not None and s.entries == 0,
+            10,
+            "the outbox emptied",
+        )
+    finally:
+        client.close()
+        socket.unlink(missing_ok=True)
+        folder.rmdir()
