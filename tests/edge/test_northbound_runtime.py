@@ -7,7 +7,10 @@ broker is down (the nucleus's spooler holds, measured) or the nucleus is not rea
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
+import stat
 import tempfile
 import threading
 import uuid
@@ -283,3 +286,72 @@ def test_the_outbox_holds_publishes_until_the_nucleus_is_reachable(
         client.close()
         socket.unlink(missing_ok=True)
         folder.rmdir()
+
+
+def test_the_outbox_keeps_order_and_loses_nothing_across_a_cut_ipc_connection(
+    nucleus: Nucleus,
+    subscriber: CloudSubscriber,
+    prefix: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The IPC connection shut down under the SDK while the outbox streams: the publishes it
+    had sent and not yet had answered are sent again on the next connection before anything
+    newer (the ids kept across the hold), so every one arrives, first arrivals in order
+    (QoS 1: one the nucleus took but whose answer the cut lost arrives twice)."""
+    caplog.set_level(logging.WARNING, "unskit.messaging.ipc")
+    before = socket_fds()
+    client = runtime_client(nucleus, tmp_path / "outbox.sqlite3")
+    count = 300
+    try:
+        ours = socket_fds() - before
+        assert ours, "no IPC socket found"
+        for i in range(count):
+            client.publish_northbound(f"{prefix}/flap", envelope(i), QoS.AT_LEAST_ONCE)
+            if i == count // 3:
+                cut(ours)
+        wait_until(
+            lambda: len(set(map(str, subscriber.bodies()))) >= count,
+            30,
+            "every publish at the broker",
+        )
+        lost = "messaging northbound: the IPC link to the edge runtime was lost"
+        assert any(lost in r.getMessage() for r in caplog.records), "the cut did not cut"
+        first_arrivals = list(dict.fromkeys(subscriber.bodies()))
+        assert first_arrivals == list(range(count))
+        wait_until(
+            lambda: (s := client.outbox_status()) is not None and s.entries == 0,
+            10,
+            "the outbox emptied",
+        )
+        assert client.publish_status(northbound=True).failures == 0
+    finally:
+        client.close()
+
+
+def socket_fds() -> set[int]:
+    """This process's open sockets (the IPC connections are among them)."""
+    found = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if stat.S_ISSOCK(os.fstat(int(name)).st_mode):
+                found.add(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def cut(fds: set[int]) -> None:
+    """Shuts the connections' sockets down under the SDK, as a broken link would: the
+    nucleus stays up and the token stays valid."""
+    for fd in fds:
+        try:
+            twin = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        try:
+            twin.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        finally:
+            twin.close()

@@ -29,6 +29,12 @@ __all__ = [
     "subscribe_bus",
 ]
 
+#: The CRT's error names for a call on a connection (or its stream) that is closing.
+_CONNECTION_CLOSED = (
+    "AWS_ERROR_EVENT_STREAM_RPC_CONNECTION_CLOSED",
+    "AWS_ERROR_EVENT_STREAM_RPC_STREAM_CLOSED",
+)
+
 #: (topic, payload) of one message a subscription received.
 ReceivedCallback = Callable[[str, bytes], None]
 
@@ -188,6 +194,11 @@ def is_connection_lost(exc: BaseException) -> bool:
     from awscrt.exceptions import AwsCrtError
     from awsiot import eventstreamrpc
 
-    return isinstance(
+    if isinstance(
         exc, (eventstreamrpc.ConnectionClosedError, eventstreamrpc.StreamClosedError, AwsCrtError)
-    )
+    ):
+        return True
+    # A call made while the connection closes fails with a bare RuntimeError naming the CRT's
+    # error code (measured: "4104 (AWS_ERROR_EVENT_STREAM_RPC_CONNECTION_CLOSED)"); taken as
+    # a refusal, an outbox entry would be deleted unsent.
+    return isinstance(exc, RuntimeError) and any(name in str(exc) for name in _CONNECTION_CLOSED)
