@@ -27,8 +27,15 @@ from tests.support.mosquitto import Mosquitto
 from tests.support.pki import Pki
 from tests.support.servers import wait_until
 from unskit import MessageBuilder
-from unskit.config.messaging import IpcConfig, ReconnectConfig, StoreAndForwardConfig
+from unskit.config.messaging import (
+    IpcConfig,
+    ReconnectConfig,
+    StoreAndForwardConfig,
+    messaging_from_section,
+)
 from unskit.config.model import MessagingConfig
+from unskit.config.platform import Platform
+from unskit.config.rules import messaging_issues
 from unskit.edge import SOCKET_ENV
 from unskit.envelope import Message
 from unskit.errors import UnsupportedQosError
@@ -355,3 +362,35 @@ def cut(fds: set[int]) -> None:
             pass
         finally:
             twin.close()
+
+
+def test_a_configuration_section_with_type_runtime_builds_the_proxy_link(
+    nucleus: Nucleus, subscriber: CloudSubscriber, prefix: str, tmp_path: Path
+) -> None:
+    """The document's path: `messaging.northbound.type: runtime` with its keys, read by
+    `messaging_from_section`, gives a client whose northbound link is the proxy, with its
+    outbox in the state directory and its default QoS from the section."""
+    section = {
+        "local": {"type": "ipc"},
+        "northbound": {
+            "type": "runtime",
+            "qos": {"publish": 0},
+            "reconnect": {"initialDelaySeconds": 0.1, "maxDelaySeconds": 0.5},
+            "publishDegradedAfterSeconds": 7,
+            "storeAndForward": {"enabled": True},
+        },
+    }
+    assert list(messaging_issues(section, Platform.EDGE_RUNTIME)) == []
+    config = messaging_from_section(section, "gw-01", "t1", state_dir=tmp_path)
+    client = MessagingClient(config, environ=nucleus.component_env(HARNESS)).start()
+    try:
+        wait_until(client.northbound_connected, 15, "the northbound link over the proxy")
+        assert client.outbox_status() is not None
+        assert (tmp_path / "outbox.sqlite3").exists()
+        assert client.publish_status(northbound=True).degraded_after_s == 7
+        # No QoS given: the section's publish QoS 0, which the broker hands on as QoS 0.
+        client.publish_reserved(f"{prefix}/default", envelope("default"), northbound=True)
+        wait_until(lambda: subscriber.received, 10, "the publish at the broker")
+        assert [(t, q) for t, _, q in subscriber.received] == [(f"{prefix}/default", 0)]
+    finally:
+        client.close()
