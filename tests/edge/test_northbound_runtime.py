@@ -1,28 +1,33 @@
 """The northbound link over the edge runtime's cloud MQTT proxy (``messaging.northbound.type:
 runtime``) against the real nucleus, pointed at a real Mosquitto with mutual TLS as its cloud
 endpoint: publishes at QoS 1 and 0 arrive there, a subscription receives what is published
-there, QoS 2 is refused, and store-and-forward keeps order and loses nothing, whether the
-broker is down (the nucleus's spooler holds, measured) or the nucleus is not reachable yet
-(the outbox holds)."""
+there, QoS 2 is refused, store-and-forward keeps order and loses nothing (the broker down:
+the nucleus's spooler holds, measured; the nucleus not reachable yet: the outbox holds; the
+IPC connection cut mid-stream), a configuration section builds the link, and a whole
+component run by the nucleus sends its metrics north through it."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import shlex
 import socket
 import stat
+import sys
 import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import paho.mqtt.client as paho
 import pytest
 
 from tests.edge.conftest import HARNESS
-from tests.support.greengrass import Harness, Nucleus
+from tests.support.greengrass import THING_NAME, Harness, Nucleus, service_states
 from tests.support.mosquitto import Mosquitto
 from tests.support.pki import Pki
 from tests.support.servers import wait_until
@@ -44,6 +49,8 @@ from unskit.messaging.transport import QoS
 
 pytestmark = pytest.mark.integration
 
+PROJECT = Path(__file__).resolve().parents[2]
+
 #: What the nucleus logs when its cloud MQTT connection drops.
 INTERRUPTED = "AwsIotMqtt5Client: Connection interrupted."
 #: Quick reconnects: the tests wait for links coming back.
@@ -58,13 +65,61 @@ def cloud(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Mosqui
     broker.stop()
 
 
+#: A whole component whose northbound link is the proxy: its metrics go to the cloud.
+ROOT = "uns"
+ECHO = "EchoNorth"
+
+
+def echo_service(folder: Path) -> dict[str, Any]:
+    """`unskit run echo` as a nucleus component, its document's northbound the proxy (with an
+    outbox) and its metrics emitted there each second."""
+    document = {
+        "component": {},
+        "topic": {"root": ROOT},
+        "hierarchy": {"levels": ["site", "device"]},
+        "identity": {"site": "plant-1"},
+        "messaging": {
+            "northbound": {
+                "type": "runtime",
+                "storeAndForward": {"enabled": True, "path": str(folder / "outbox.sqlite3")},
+            }
+        },
+        "metricEmission": {
+            "target": "messaging",
+            "intervalSeconds": 1,
+            "targetConfig": {"destination": "cloud"},
+        },
+    }
+    config = folder / "echo.json"
+    config.write_text(json.dumps(document))
+    path = shlex.quote(f"{PROJECT / 'python'}:{PROJECT}")
+    command = f"{shlex.quote(sys.executable)} -m unskit.cli run echo -c {shlex.quote(str(config))}"
+    everything = {"operations": ["*"], "resources": ["*"]}
+    return {
+        "version": "1.0.0",
+        "lifecycle": {"startup": f"PYTHONPATH={path} exec {command}"},
+        "configuration": {
+            "accessControl": {
+                "aws.greengrass.ipc.pubsub": {"echo:pubsub:1": everything},
+                "aws.greengrass.ipc.mqttproxy": {"echo:mqttproxy:1": everything},
+            }
+        },
+    }
+
+
 @pytest.fixture(scope="module")
-def nucleus(cloud: Mosquitto, pki: Pki) -> Iterator[Nucleus]:
+def echo_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("echo-north")
+
+
+@pytest.fixture(scope="module")
+def nucleus(cloud: Mosquitto, pki: Pki, echo_folder: Path) -> Iterator[Nucleus]:
     """A nucleus whose cloud endpoint is `cloud`'s mutual-TLS listener. The nucleus counts
     as configured for the cloud only with iotCredEndpoint set too (measured: without it
     PublishToIoTCore fails with "device is configured to run offline")."""
     runtime = Nucleus(
         [Harness(HARNESS)],
+        services={ECHO: echo_service(echo_folder)},
         nucleus_configuration={
             "iotDataEndpoint": "localhost",
             "iotCredEndpoint": "localhost",
@@ -394,3 +449,26 @@ def test_a_configuration_section_with_type_runtime_builds_the_proxy_link(
         assert [(t, q) for t, _, q in subscriber.received] == [(f"{prefix}/default", 0)]
     finally:
         client.close()
+
+
+def test_a_whole_component_sends_its_metrics_through_the_proxy(
+    nucleus: Nucleus, cloud: Mosquitto, pki: Pki, echo_folder: Path
+) -> None:
+    """`unskit run echo` under the nucleus with `northbound.type: runtime`: RUNNING, and its
+    metrics (destination cloud) arrive at the cloud broker, through its outbox."""
+    cloud_side = CloudSubscriber(cloud, pki, f"{ROOT}/#")
+
+    def metrics() -> list[tuple[str, bytes, int]]:
+        with cloud_side.lock:
+            return [m for m in cloud_side.received if "/metric/" in m[0]]
+
+    try:
+        wait_until(lambda: "RUNNING" in service_states(nucleus, ECHO), 60, "EchoNorth RUNNING")
+        wait_until(lambda: bool(metrics()), 20, "a metric message at the cloud broker")
+        topic, payload, _ = metrics()[0]
+        assert topic.startswith(f"{ROOT}/{THING_NAME}/echo/metric/")
+        assert Message.from_bytes(payload).body is not None
+        assert "messaging northbound: connected to the edge runtime" in nucleus.log(ECHO)
+        assert (echo_folder / "outbox.sqlite3").exists()
+    finally:
+        cloud_side.close()
