@@ -472,3 +472,77 @@ def test_a_whole_component_sends_its_metrics_through_the_proxy(
         assert (echo_folder / "outbox.sqlite3").exists()
     finally:
         cloud_side.close()
+
+
+def test_a_full_nucleus_spooler_leaves_the_rest_in_the_outbox(
+    tmp_path: Path, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Measured: with its cloud broker down and its spooler full the nucleus refuses
+    PublishToIoTCore with ServiceError ("Message spool is full"), and takes some again as its
+    spooler's retries free room. The outbox's entries are then held and retried with
+    backoff, not deleted unsent: once the broker is back, every one arrives. Order is kept
+    only up to the first refusal: publishes already sent behind a refused one may be taken
+    before its retry (measured). A broker and a nucleus of its own, with a 4 kB spooler."""
+    caplog.set_level(logging.WARNING, "unskit.messaging.ipc")
+    broker = Mosquitto(tmp_path / "cloud", pki).start()
+    runtime = Nucleus(
+        [Harness(HARNESS)],
+        nucleus_configuration={
+            "iotDataEndpoint": "localhost",
+            "iotCredEndpoint": "localhost",
+            "mqtt": {"port": broker.mtls_port, "spooler": {"maxSizeInBytes": 4000}},
+        },
+        system={
+            "certificateFilePath": str(pki.client_cert),
+            "privateKeyPath": str(pki.client_key),
+            "rootCaPath": str(pki.ca),
+        },
+    )
+    subscriber: CloudSubscriber | None = None
+    client: MessagingClient | None = None
+    count = 200
+    try:
+        runtime.start()
+        subscriber = CloudSubscriber(broker, pki, "full/#")
+        client = runtime_client(runtime, tmp_path / "outbox.sqlite3")
+        interruptions = runtime.log().count(INTERRUPTED)
+        broker.stop()
+        wait_until(
+            lambda: runtime.log().count(INTERRUPTED) > interruptions,
+            15,
+            "the nucleus seeing its cloud connection drop",
+        )
+        for i in range(count):
+            client.publish_northbound("full/spool", envelope(i), QoS.AT_LEAST_ONCE)
+        refused = "Message spool is full"
+        wait_until(
+            lambda: any(refused in r.getMessage() for r in caplog.records),
+            15,
+            "the nucleus refusing for its full spooler",
+        )
+        status = client.outbox_status()
+        assert status is not None
+        assert 0 < status.entries < count  # some in the nucleus's spooler, the rest here
+        assert client.publish_status(northbound=True).failures == 0
+        broker.start()
+        wait_until(
+            lambda: len(set(map(str, subscriber.bodies()))) >= count,
+            60,
+            "every publish at the broker",
+        )
+        assert sorted(set(subscriber.bodies())) == list(range(count))  # type: ignore[type-var]
+        refusals = [r for r in caplog.records if refused in r.getMessage()]
+        assert len(refusals) == 1, "one warning a minute at most"
+        wait_until(
+            lambda: (s := client.outbox_status()) is not None and s.entries == 0,
+            15,
+            "the outbox emptied",
+        )
+        assert client.publish_status(northbound=True).failures == 0
+    finally:
+        if client is not None:
+            client.close()
+        if subscriber is not None:
+            subscriber.close()
+        runtime.remove()
+        broker.stop()

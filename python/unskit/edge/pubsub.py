@@ -23,6 +23,7 @@ __all__ = [
     "StreamCallbacks",
     "close_stream",
     "is_connection_lost",
+    "is_service_error",
     "publish",
     "publish_binary",
     "subscribe",
@@ -202,3 +203,12 @@ def is_connection_lost(exc: BaseException) -> bool:
     # error code (measured: "4104 (AWS_ERROR_EVENT_STREAM_RPC_CONNECTION_CLOSED)"); taken as
     # a refusal, an outbox entry would be deleted unsent.
     return isinstance(exc, RuntimeError) and any(name in str(exc) for name in _CONNECTION_CLOSED)
+
+
+def is_service_error(exc: BaseException) -> bool:
+    """Whether the nucleus refused a call with ServiceError: on the cloud proxy, what it
+    answers while its spooler is full ("Message spool is full", measured), a refusal for now
+    rather than for good (AccessDenied, InvalidArguments)."""
+    from awsiot.greengrasscoreipc import model
+
+    return isinstance(exc, model.ServiceError)

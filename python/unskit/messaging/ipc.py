@@ -79,6 +79,7 @@ class IpcTransport(_IpcPublishing, _IpcSubscriptions):
             self._changed.wait_for(lambda: not self._in_flight or not self._connected, timeout)
             self._closed = True
             self._cancel_retry()
+            self._cancel_publish_retry_locked()
             own_timer, self._own_timer = self._own_timer, None
             connection, self._connection = self._connection, None
             self._client, self._connected = None, False
@@ -162,6 +163,7 @@ class IpcTransport(_IpcPublishing, _IpcSubscriptions):
             self._acknowledged.clear()
             self._streams.clear()
             self._cancel_retry()
+            self._cancel_publish_retry_locked()
             self._changed.notify_all()
         _log.warning(
             "messaging %s: the IPC link to the edge runtime was lost (%s)", self._name, why

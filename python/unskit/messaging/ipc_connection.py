@@ -81,6 +81,12 @@ class _IpcState:
         self._tracked: set[int] = set()
         self._answers: list[int] = []
         self._on_acknowledged: Callable[[int], None] | None = None
+        # The retry of tracked publishes the nucleus refused for now (its spooler full), how
+        # many it refused so, and when that was last logged.
+        self._publish_retry: int | None = None
+        self._spool_refusals = 0
+        self._retry_streak = 0
+        self._spool_warned_at: float | None = None
         self._dropped_qos0 = 0
         self._refused = 0
         # The link's thread (ipc.py) and what wakes it: the loss, or close.

@@ -15,10 +15,11 @@ from concurrent.futures import Future
 from typing import Any
 
 from unskit.edge import edge_error
-from unskit.edge.pubsub import is_connection_lost, publish
+from unskit.edge.pubsub import Bus, is_connection_lost, is_service_error, publish
 from unskit.errors import PublishError, UnsupportedQosError
 from unskit.messaging.ipc_connection import _IpcState
 from unskit.messaging.mqtt_publish import MAX_QUEUED_MESSAGES
+from unskit.messaging.requests import DeadlineTimer
 from unskit.messaging.transport import QoS
 
 _log = logging.getLogger("unskit.messaging.ipc")
@@ -71,6 +72,10 @@ class _IpcPublishing(_IpcState):
             if not self._connected:
                 if qos == QoS.AT_MOST_ONCE and tracked:
                     return None  # the outbox keeps it and sends it once the link is up
+                return self._hold_locked(topic, payload, qos, self._clock(), None, tracked)
+            if self._held and qos == QoS.AT_LEAST_ONCE:
+                # Up, but publishes the nucleus refused for now wait for their retry: this
+                # one goes behind them, so the order holds.
                 return self._hold_locked(topic, payload, qos, self._clock(), None, tracked)
             client, generation = self._client, self._generation
             message_id = self._new_id_locked(tracked)
@@ -130,7 +135,15 @@ class _IpcPublishing(_IpcState):
             )
         if message_id is None:
             message_id = self._new_id_locked(tracked)
-        self._held.append((made, topic, payload, message_id))
+        held = self._held
+        if held and held[-1][3] > message_id:
+            # Held again after newer ones: back in its place, ids being in publish order.
+            at = len(held)
+            while at and held[at - 1][3] > message_id:
+                at -= 1
+            held.insert(at, (made, topic, payload, message_id))
+        else:
+            held.append((made, topic, payload, message_id))
         return message_id
 
     def _answered_locked(self, message_id: int) -> None:
@@ -201,6 +214,8 @@ class _IpcPublishing(_IpcState):
             with self._lock:
                 self._in_flight.pop(message_id, None)
                 self._answered_locked(message_id)
+                if not self._held:
+                    self._retry_streak = 0  # the next refusal's retry starts quick again
                 self._changed.notify_all()
             self._report_answers()
             return
@@ -215,31 +230,52 @@ class _IpcPublishing(_IpcState):
         qos: QoS,
         exc: BaseException,
     ) -> None:
+        refused = streak = 0
         with self._lock:
             made = self._in_flight.pop(message_id, None)
+            made = self._clock() if made is None else made
+            tracked = message_id in self._tracked
             lost = is_connection_lost(exc) or generation != self._generation
-            if lost and not self._closed:
-                # Held again for the next connection, as if made while down (beyond the
-                # bound it is counted as refused).
+            for_now = (
+                not lost
+                and self._bus is Bus.IOT_CORE
+                and qos == QoS.AT_LEAST_ONCE
+                and tracked
+                and is_service_error(exc)
+            )
+            if (lost or for_now) and not self._closed:
+                # Held again for the next connection (lost), or, refused for now (the
+                # nucleus's spooler full while its cloud connection is down), for a retry
+                # after a backoff rather than deleted from the outbox unsent; newer ones
+                # queue behind it. Beyond the bound it is counted as refused.
                 with contextlib.suppress(PublishError):
-                    self._hold_locked(
-                        topic,
-                        payload,
-                        qos,
-                        self._clock() if made is None else made,
-                        message_id,
-                        message_id in self._tracked,
-                    )
-                self._changed.notify_all()
-                refused = 0
+                    self._hold_locked(topic, payload, qos, made, message_id, tracked)
+                if for_now:
+                    self._spool_refusals += 1
+                    self._retry_streak += 1
+                    self._schedule_publish_retry_locked(self._retry_streak)
+                    now = self._clock()
+                    # A warning a minute at most: a full spooler refuses in bursts, and
+                    # takes some again in between as it frees room.
+                    if self._spool_warned_at is None or now - self._spool_warned_at >= 60:
+                        self._spool_warned_at = now
+                        streak = self._spool_refusals
             else:
                 self._refused += 1
                 refused = self._refused
                 # Answered, though refused: the outbox must not wait for it forever (the
                 # refusal is counted and logged here, as without an outbox).
                 self._answered_locked(message_id)
-                self._changed.notify_all()
+            self._changed.notify_all()
         self._report_answers()
+        if streak:
+            _log.warning(
+                "messaging %s: %s; held with what follows and sent again with backoff (%d "
+                "refused for now so far; logged once a minute at most)",
+                self._name,
+                edge_error(exc, self._bus.value, topic),
+                streak,
+            )
         if refused == 1 or (refused and refused % _REFUSED_LOG_EVERY == 0):
             _log.error(
                 "messaging %s: %s (%d publishes refused so far)",
@@ -247,6 +283,36 @@ class _IpcPublishing(_IpcState):
                 edge_error(exc, self._bus.value, topic),
                 refused,
             )
+
+    def _schedule_publish_retry_locked(self, streak: int) -> float | None:
+        """Arms the one retry of the held publishes, unless armed; returns its delay."""
+        if self._publish_retry is not None or self._closed:
+            return None
+        delay = self._config.reconnect.delay(streak)
+        timer = self._timer
+        if timer is None:
+            if self._own_timer is None:
+                self._own_timer = DeadlineTimer(f"unskit-{self._name}-resubscribe", self._clock)
+            timer = self._own_timer
+        self._publish_retry = timer.call_later(delay, self._retry_held)
+        return delay
+
+    def _cancel_publish_retry_locked(self) -> None:
+        handle, self._publish_retry = self._publish_retry, None
+        if handle is not None:
+            timer = self._timer or self._own_timer
+            if timer is not None:
+                timer.cancel(handle)
+
+    def _retry_held(self) -> None:
+        """The retry (timer thread): sends what is held, in order, on the current connection
+        (while down, the reconnect sends it)."""
+        with self._lock:
+            self._publish_retry = None
+            if self._closed or not self._connected or self._client is None:
+                return
+            client, generation = self._client, self._generation
+        self._flush_held(client, generation)
 
 
 def _check_topic(name: str, topic: str) -> None:
