@@ -250,6 +250,11 @@ class _IpcPublishing(_IpcState):
                 # queue behind it. Beyond the bound it is counted as refused.
                 with contextlib.suppress(PublishError):
                     self._hold_locked(topic, payload, qos, made, message_id, tracked)
+                if lost and self._connected and generation == self._generation:
+                    # Failed as lost while the link still counts as up (its loss not yet
+                    # reported, or one stream closed): the retry sends it if no reconnect
+                    # does, so nothing queued behind it waits for good.
+                    self._schedule_publish_retry_locked(1)
                 if for_now:
                     self._spool_refusals += 1
                     self._retry_streak += 1
@@ -260,6 +265,10 @@ class _IpcPublishing(_IpcState):
                     if self._spool_warned_at is None or now - self._spool_warned_at >= 60:
                         self._spool_warned_at = now
                         streak = self._spool_refusals
+            elif lost and tracked:
+                # Closing: the outbox keeps the entry for the next start (never answered,
+                # so never deleted).
+                self._tracked.discard(message_id)
             else:
                 self._refused += 1
                 refused = self._refused
