@@ -476,6 +476,36 @@ def test_an_ipc_local_link_reads_its_keys() -> None:
     assert messaging.local_ipc.qos.subscribe == 1
 
 
+def test_a_runtime_northbound_link_reads_its_keys() -> None:
+    northbound = {
+        "type": "runtime",
+        "qos": {"publish": 0},
+        "publishDegradedAfterSeconds": 5,
+        "storeAndForward": {"enabled": True, "maxInFlight": 7},
+    }
+    messaging = _config(
+        patched({"messaging": {"northbound": northbound}}), Platform.EDGE_RUNTIME
+    ).messaging
+    assert messaging.northbound is None
+    assert messaging.has_northbound
+    runtime = messaging.northbound_runtime
+    assert runtime is not None
+    assert messaging.northbound_settings is runtime
+    assert (runtime.qos.publish, runtime.qos.subscribe) == (0, 1)
+    assert runtime.publish_degraded_after_seconds == 5
+    assert runtime.store_and_forward is not None
+    assert runtime.store_and_forward.max_in_flight == 7
+    assert runtime.store_and_forward.path.name == "outbox.sqlite3"
+
+
+def test_without_a_type_the_northbound_link_is_a_broker() -> None:
+    northbound = {"host": "cloud.example", "port": 8883}
+    messaging = _config(patched({"messaging": {"northbound": northbound}})).messaging
+    assert messaging.northbound_runtime is None
+    assert messaging.northbound is not None
+    assert messaging.northbound_settings is messaging.northbound
+
+
 def test_metric_emission_reads_every_target_option() -> None:
     metrics = _config(
         patched(

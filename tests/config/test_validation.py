@@ -863,6 +863,57 @@ def test_an_ipc_local_link_is_valid_on_every_platform() -> None:
         assert validate_document(patched({"messaging": {"local": local}}), platform=platform) == []
 
 
+@pytest.mark.parametrize(
+    ("northbound", "path", "says"),
+    [
+        ({"type": "runtime", "host": "h"}, "$.messaging.northbound.host", "is an MQTT setting"),
+        ({"type": "runtime", "clientId": "c"}, "$.messaging.northbound.clientId", "MQTT setting"),
+        (
+            {"type": "runtime", "credentials": {"caPath": "/ca"}},
+            "$.messaging.northbound.credentials",
+            'cannot be used with "type": "runtime"',
+        ),
+        ({"type": "runtime", "qos": {"publish": 2}}, "$.messaging.northbound.qos.publish", "QoS 2"),
+        (
+            {"type": "runtime", "receiveOwnMessages": True},
+            "$.messaging.northbound.receiveOwnMessages",
+            "",
+        ),
+        ({"type": "ipc"}, "$.messaging.northbound.type", ""),
+        (
+            {"type": "runtime", "reconnect": {"initialDelaySeconds": 9, "maxDelaySeconds": 1}},
+            "$.messaging.northbound.reconnect.initialDelaySeconds",
+            "at most",
+        ),
+    ],
+)
+def test_a_bad_runtime_northbound_link_names_its_key(
+    northbound: dict[str, object], path: str, says: str
+) -> None:
+    issues = validate_document(patched({"messaging": {"northbound": northbound}}))
+    assert path in [i.path for i in issues]
+    assert says in next(i.message for i in issues if i.path == path)
+
+
+def test_a_runtime_northbound_link_needs_no_broker_address() -> None:
+    northbound = {
+        "type": "runtime",
+        "qos": {"publish": 0, "subscribe": 1},
+        "reconnect": {"initialDelaySeconds": 1},
+        "publishDegradedAfterSeconds": 5,
+        "storeAndForward": {"enabled": True},
+    }
+    for platform in Platform:
+        document = patched({"messaging": {"northbound": northbound}})
+        assert validate_document(document, platform=platform) == []
+
+
+def test_a_northbound_broker_still_needs_its_address() -> None:
+    issues = validate_document(patched({"messaging": {"northbound": {"type": "mqtt"}}}))
+    assert [i.path for i in issues] == ["$.messaging.northbound"]
+    assert '"type": "runtime"' in issues[0].message
+
+
 def test_type_key_of_local_broker_is_accepted() -> None:
     document = patched({"messaging": {"local": {"type": "mqtt"}}})
     assert validate_document(document) == []

@@ -96,7 +96,10 @@ class Nucleus:
         services: Mapping[str, Any] | None = None,
         nucleus_configuration: Mapping[str, Any] | None = None,
         environ: Mapping[str, str] | None = None,
+        system: Mapping[str, Any] | None = None,
     ) -> None:
+        """`system`: more keys of the config's `system` block (the device certificate, key
+        and root CA the nucleus presents to its cloud MQTT endpoint)."""
         self.jars = greengrass_dir()
         self.root = Path(tempfile.mkdtemp(prefix="gg.", dir="/tmp"))
         self.harnesses = {h.name: h for h in harnesses}
@@ -107,6 +110,7 @@ class Nucleus:
         #: The nucleus's environment, which every component it runs inherits (None: this
         #: process's).
         self.environ = None if environ is None else dict(environ)
+        self.system = dict(system or {})
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -162,7 +166,7 @@ class Nucleus:
         dependencies.extend(n for n in self.services if n not in dependencies)
         services["main"] = {"dependencies": dependencies}
         return {
-            "system": {"rootpath": str(self.root), "thingName": THING_NAME},
+            "system": {"rootpath": str(self.root), "thingName": THING_NAME, **self.system},
             "services": services,
         }
 

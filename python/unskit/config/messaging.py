@@ -47,6 +47,8 @@ DEFAULT_RECONNECT_INITIAL_DELAY_SECONDS = 0.5
 DEFAULT_RECONNECT_MAX_DELAY_SECONDS = 4.0
 #: The schema's bound on both reconnect delays.
 RECONNECT_DELAY_LIMIT_SECONDS = 3600.0
+#: messaging.northbound.type selecting the edge runtime's cloud MQTT proxy.
+RUNTIME_NORTHBOUND = "runtime"
 #: messaging.*.publishDegradedAfterSeconds: a publish held this long unacknowledged (or
 #: stored) raises message-publish-degraded.
 DEFAULT_PUBLISH_DEGRADED_AFTER_SECONDS = 30.0
@@ -229,6 +231,9 @@ class IpcConfig:
     receive_own_messages: bool = True
     reconnect: ReconnectConfig = ReconnectConfig()
     publish_degraded_after_seconds: float = DEFAULT_PUBLISH_DEGRADED_AFTER_SECONDS
+    #: The outbox of a northbound link over the nucleus's cloud MQTT proxy
+    #: (``messaging.northbound`` with ``"type": "runtime"``); never on the local link.
+    store_and_forward: StoreAndForwardConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -247,11 +252,24 @@ class MessagingConfig:
     reply_topic_prefixes: tuple[str, ...] = ()
     #: The local link over the edge runtime's IPC bus, instead of `local`.
     local_ipc: IpcConfig | None = None
+    #: The northbound link over the edge runtime's cloud MQTT proxy (``"type": "runtime"``),
+    #: instead of `northbound`.
+    northbound_runtime: IpcConfig | None = None
 
     @property
     def ipc(self) -> bool:
         """True when the local link is the edge runtime's IPC bus."""
         return self.local_ipc is not None
+
+    @property
+    def has_northbound(self) -> bool:
+        """True when a northbound link is configured (a broker or the runtime's proxy)."""
+        return self.northbound is not None or self.northbound_runtime is not None
+
+    @property
+    def northbound_settings(self) -> BrokerConfig | IpcConfig | None:
+        """The northbound link's settings: its broker's, or the runtime proxy's."""
+        return self.northbound if self.northbound is not None else self.northbound_runtime
 
 
 def messaging_from_section(
@@ -267,18 +285,23 @@ def messaging_from_section(
     ``{thing}-{token}``, the outbox file to ``{state_dir}/outbox.sqlite3``. The local link
     is IPC with ``"type": "ipc"``, or without ``local`` on the edge runtime (`edge_runtime`)."""
     northbound = section.get("northbound")
+    northbound_config = northbound_runtime = None
     if northbound is not None:
         outbox = _store_and_forward(northbound.get("storeAndForward", {}), state_dir, durable_sync)
-        broker = _broker(northbound, thing, token)
-        northbound_config = broker if outbox is None else replace(broker, store_and_forward=outbox)
-    else:
-        northbound_config = None
+        if northbound.get("type") == RUNTIME_NORTHBOUND:
+            northbound_runtime = replace(_ipc(northbound, thing, token), store_and_forward=outbox)
+        else:
+            broker = _broker(northbound, thing, token)
+            northbound_config = (
+                broker if outbox is None else replace(broker, store_and_forward=outbox)
+            )
     local = section.get("local")
     ipc = local.get("type") == "ipc" if local is not None else edge_runtime
     return MessagingConfig(
         local=None if ipc else _broker(section["local"], thing, token),
         local_ipc=_ipc(local or {}, thing, token) if ipc else None,
         northbound=northbound_config,
+        northbound_runtime=northbound_runtime,
         request_timeout_seconds=float(
             section.get("requestTimeoutSeconds", DEFAULT_REQUEST_TIMEOUT_SECONDS)
         ),

@@ -217,7 +217,8 @@ def messaging_issues(
     """The ``messaging`` rules: a local link on every platform (on the edge runtime its IPC
     bus when none is given), an IPC link without MQTT settings, port 0 only when embedded,
     no TLS with the embedded broker, a northbound broker that is never the embedded one, a
-    reconnect backoff whose first delay is at most its longest."""
+    reconnect backoff whose first delay is at most its longest; a northbound link over the
+    runtime's cloud MQTT proxy without broker settings."""
     if messaging is not None and not isinstance(messaging, Mapping):
         return
     section = messaging or {}
@@ -248,15 +249,21 @@ def messaging_issues(
                 'cannot be used with "host": "embedded": the embedded broker listens in '
                 "plaintext on 127.0.0.1, so a TLS connection to it would never succeed",
             )
-    for role in ("northbound",) if ipc else ("local", "northbound"):
+    northbound = section.get("northbound")
+    runtime = isinstance(northbound, Mapping) and northbound.get("type") == "runtime"
+    if runtime:
+        assert isinstance(northbound, Mapping)
+        yield from _runtime_northbound_issues(northbound)
+    # The MQTT rules below are only for the links that are MQTT brokers.
+    roles = [r for r, skipped in (("local", ipc), ("northbound", runtime)) if not skipped]
+    for role in roles:
         block = section.get(role)
         if isinstance(block, Mapping) and isinstance(block.get("endpoints"), list):
             yield from _endpoint_issues(block, role)
         if isinstance(block, Mapping):
             yield from _host_issues(block, role)
             yield from _reconnect_issues(block.get("reconnect"), role)
-    northbound = section.get("northbound")
-    if isinstance(northbound, Mapping):
+    if isinstance(northbound, Mapping) and not runtime:
         if EMBEDDED_HOST in (northbound.get("host"), northbound.get("endpoint")):
             yield ConfigIssue(
                 json_path(("messaging", "northbound", "host")),
@@ -291,6 +298,35 @@ def _ipc_issues(local: Mapping[str, Any]) -> Iterator[ConfigIssue]:
                     "must be 0 or 1: the edge runtime's IPC bus has no QoS 2",
                 )
     yield from _reconnect_issues(local.get("reconnect"), "local")
+
+
+#: The keys of a northbound link over the edge runtime's cloud MQTT proxy.
+RUNTIME_NORTHBOUND_KEYS = frozenset(
+    {"type", "qos", "reconnect", "publishDegradedAfterSeconds", "storeAndForward"}
+)
+
+
+def _runtime_northbound_issues(northbound: Mapping[str, Any]) -> Iterator[ConfigIssue]:
+    """A northbound link over the runtime's proxy takes no broker settings (the nucleus
+    connects to its own cloud endpoint with the device's certificate) and no QoS 2."""
+    for key in northbound:
+        if key not in RUNTIME_NORTHBOUND_KEYS:
+            yield ConfigIssue(
+                json_path(("messaging", "northbound", key)),
+                'is an MQTT setting and cannot be used with "type": "runtime" (the edge '
+                "runtime's cloud MQTT proxy takes only "
+                + ", ".join(sorted(RUNTIME_NORTHBOUND_KEYS))
+                + "; the nucleus's own configuration names the cloud endpoint and certificate)",
+            )
+    qos = northbound.get("qos")
+    if isinstance(qos, Mapping):
+        for key in ("publish", "subscribe"):
+            if qos.get(key) == 2:
+                yield ConfigIssue(
+                    json_path(("messaging", "northbound", "qos", key)),
+                    "must be 0 or 1: the edge runtime's cloud MQTT proxy has no QoS 2",
+                )
+    yield from _reconnect_issues(northbound.get("reconnect"), "northbound")
 
 
 def _host_issues(block: Mapping[str, Any], role: str) -> Iterator[ConfigIssue]:

@@ -13,6 +13,7 @@ from typing import Any
 from unskit.config.messaging import DEFAULT_PUBLISH_DEGRADED_AFTER_SECONDS, IpcConfig
 from unskit.config.model import BrokerConfig, MessagingConfig
 from unskit.config.secrets import SecretResolver
+from unskit.edge.pubsub import Bus
 from unskit.envelope import Message
 from unskit.errors import MessagingError
 from unskit.messaging.ipc import IpcTransport
@@ -62,8 +63,8 @@ class MessagingClient:
         on_reply_refused: Callable[[str, ReplyRefusal], None] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
-        """`environ`: where an IPC local link (`config.local_ipc`) finds the nucleus's socket
-        and token, by default this process's environment."""
+        """`environ`: where an IPC link (`config.local_ipc`, `config.northbound_runtime`)
+        finds the nucleus's socket and token, by default this process's environment."""
         self._config = config
         self._secrets = secrets
         self._reply_prefixes = tuple(config.reply_topic_prefixes)
@@ -81,13 +82,24 @@ class MessagingClient:
                 local = _mqtt(config.local, "local", secrets, persistent_session, self._timer)
             self._local = Link(local, _local_settings(config), self._timer)
             self._northbound: Link | None = None
-            if northbound is None and config.northbound is not None:
+            if northbound is None and config.northbound_runtime is not None:
+                # The nucleus's cloud MQTT proxy: the same IPC connection kind as the local
+                # link's, its own connection, on the other bus.
+                northbound = IpcTransport.from_environment(
+                    config.northbound_runtime,
+                    environ,
+                    name="northbound",
+                    timer=self._timer,
+                    bus=Bus.IOT_CORE,
+                )
+            elif northbound is None and config.northbound is not None:
                 northbound = _mqtt(
                     config.northbound, "northbound", secrets, persistent_session, self._timer
                 )
             if northbound is not None:
-                forwarder = _forwarder(northbound, config.northbound)
-                self._northbound = Link(northbound, config.northbound, self._timer, forwarder)
+                settings = config.northbound_settings
+                forwarder = _forwarder(northbound, settings)
+                self._northbound = Link(northbound, settings, self._timer, forwarder)
         except BaseException:
             # A client that failed to build is never closed: its timer thread must not outlive it.
             self._timer.stop()
@@ -323,16 +335,17 @@ class MessagingClient:
         )
         return client.start()
 
-    def wait_subscribed(self, timeout: float) -> bool:
-        """Blocks until the broker acknowledged every local subscription made so far (True),
-        or `timeout` seconds pass (False)."""
-        return self._local.wait_subscriptions_acknowledged(timeout)
+    def wait_subscribed(self, timeout: float, *, northbound: bool = False) -> bool:
+        """Blocks until the broker acknowledged every local (or northbound) subscription
+        made so far (True), or `timeout` seconds pass (False)."""
+        link = self._require_northbound() if northbound else self._local
+        return link.wait_subscriptions_acknowledged(timeout)
 
     def publish_status(self, northbound: bool = False) -> PublishStatus:
         """The local (or northbound) link's publishing: connected, backlog, failures."""
         link = self._require_northbound() if northbound else self._local
         transport = link.transport
-        config = self._config.northbound if northbound else _local_settings(self._config)
+        config = self._config.northbound_settings if northbound else _local_settings(self._config)
         after = (
             DEFAULT_PUBLISH_DEGRADED_AFTER_SECONDS
             if config is None
@@ -430,14 +443,14 @@ def _local_settings(config: MessagingConfig) -> BrokerConfig | IpcConfig | None:
     return config.local if config.local is not None else config.local_ipc
 
 
-def _forwarder(transport: Transport, config: BrokerConfig | None) -> Forwarder | None:
+def _forwarder(transport: Transport, config: BrokerConfig | IpcConfig | None) -> Forwarder | None:
     outbox_config = None if config is None else config.store_and_forward
     if outbox_config is None:
         return None
     if not hasattr(transport, "publish_tracked") or not hasattr(transport, "on_acknowledged"):
         raise MessagingError(
             "messaging.northbound.storeAndForward needs a transport that reports "
-            "acknowledgements (MQTT)"
+            "acknowledgements (MQTT, or the edge runtime's cloud MQTT proxy)"
         )
     acking: AckingTransport = transport  # type: ignore[assignment]
     return Forwarder(Outbox(outbox_config), acking)

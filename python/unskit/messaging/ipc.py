@@ -1,5 +1,7 @@
 """The edge-runtime IPC transport: the local link over the nucleus's publish/subscribe bus
-(spec 1: on the EDGE_RUNTIME platform the transport is IPC, not MQTT).
+(spec 1: on the EDGE_RUNTIME platform the transport is IPC, not MQTT), or a northbound link
+over the nucleus's cloud MQTT proxy (``messaging.northbound.type: runtime``), chosen by its
+`bus` at construction.
 
 `IpcTransport` is joined here from its layers: `ipc_connection` (the link's state),
 `ipc_publish` (publishes, the held ones, their counters) and `ipc_subscriptions` (streams,
@@ -21,6 +23,7 @@ from collections.abc import Mapping
 from unskit.config.messaging import IpcConfig
 from unskit.edge import IpcConnection, IpcEndpoint
 from unskit.edge.connection import CONNECT_TIMEOUT_S
+from unskit.edge.pubsub import Bus
 from unskit.errors import EdgeRuntimeError
 from unskit.messaging.ipc_publish import _IpcPublishing
 from unskit.messaging.ipc_subscriptions import _IpcSubscriptions
@@ -44,10 +47,12 @@ class IpcTransport(_IpcPublishing, _IpcSubscriptions):
         *,
         name: str = "local",
         timer: DeadlineTimer | None = None,
+        bus: Bus = Bus.LOCAL,
     ) -> IpcTransport:
         """The transport to the nucleus named by the variables the runtime hands a component
-        (`environ`, else this process's); EdgeRuntimeError naming the missing ones."""
-        return cls(IpcEndpoint.from_environment(environ), config, name=name, timer=timer)
+        (`environ`, else this process's); EdgeRuntimeError naming the missing ones. `bus`:
+        the local pub/sub, or (a northbound link) the nucleus's cloud MQTT proxy."""
+        return cls(IpcEndpoint.from_environment(environ), config, name=name, timer=timer, bus=bus)
 
     def start(self, on_message: MessageCallback, on_link: LinkCallback) -> None:
         """Connects and reconnects in a thread of its own; callbacks of messages run on the
@@ -55,9 +60,10 @@ class IpcTransport(_IpcPublishing, _IpcSubscriptions):
         self._on_message, self._on_link = on_message, on_link
         self._started = True
         _log.info(
-            "messaging %s: connecting to the edge runtime at %s (receive own messages: %s)",
+            "messaging %s: connecting to the edge runtime at %s (%s, receive own messages: %s)",
             self._name,
             self._endpoint.socket_path,
+            self._bus_name,
             self._config.receive_own_messages,
         )
         self._thread = threading.Thread(
@@ -73,6 +79,7 @@ class IpcTransport(_IpcPublishing, _IpcSubscriptions):
             self._changed.wait_for(lambda: not self._in_flight or not self._connected, timeout)
             self._closed = True
             self._cancel_retry()
+            self._cancel_publish_retry_locked()
             own_timer, self._own_timer = self._own_timer, None
             connection, self._connection = self._connection, None
             self._client, self._connected = None, False
@@ -156,6 +163,7 @@ class IpcTransport(_IpcPublishing, _IpcSubscriptions):
             self._acknowledged.clear()
             self._streams.clear()
             self._cancel_retry()
+            self._cancel_publish_retry_locked()
             self._changed.notify_all()
         _log.warning(
             "messaging %s: the IPC link to the edge runtime was lost (%s)", self._name, why

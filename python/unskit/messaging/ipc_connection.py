@@ -14,6 +14,7 @@ from typing import Any
 
 from unskit.config.messaging import IpcConfig
 from unskit.edge import IpcConnection, IpcEndpoint
+from unskit.edge.pubsub import Bus
 from unskit.errors import MessagingError
 from unskit.messaging.requests import DeadlineTimer
 from unskit.messaging.transport import LinkCallback, MessageCallback, QoS
@@ -37,8 +38,12 @@ class _IpcState:
         name: str = "local",
         clock: Callable[[], float] = time.monotonic,
         timer: DeadlineTimer | None = None,
+        bus: Bus = Bus.LOCAL,
     ) -> None:
+        """`bus`: the local pub/sub (the local link) or the nucleus's cloud MQTT proxy (a
+        northbound link, ``messaging.northbound.type: runtime``)."""
         self._endpoint = endpoint
+        self._bus = bus
         self._config = config
         self._name = name
         self._clock = clock
@@ -68,9 +73,20 @@ class _IpcState:
         self._subscribes_sent = 0
         # Publishes: QoS 1 ones made while down (when made, topic, payload), and those sent
         # but not yet answered by the nucleus (id -> when made, in order).
-        self._held: collections.deque[tuple[float, str, bytes]] = collections.deque()
+        # Each publish has an id, kept while it is held again after a loss.
+        self._held: collections.deque[tuple[float, str, bytes, int]] = collections.deque()
         self._in_flight: dict[int, float] = {}
         self._next_id = 0
+        # Ids of `publish_tracked` not yet answered, and answers the outbox is to hear of.
+        self._tracked: set[int] = set()
+        self._answers: list[int] = []
+        self._on_acknowledged: Callable[[int], None] | None = None
+        # The retry of tracked publishes the nucleus refused for now (its spooler full), how
+        # many it refused so, and when that was last logged.
+        self._publish_retry: int | None = None
+        self._spool_refusals = 0
+        self._retry_streak = 0
+        self._spool_warned_at: float | None = None
         self._dropped_qos0 = 0
         self._refused = 0
         # The link's thread (ipc.py) and what wakes it: the loss, or close.
@@ -84,8 +100,18 @@ class _IpcState:
 
     @property
     def endpoint(self) -> str:
-        """The nucleus's IPC socket."""
-        return f"ipc:{self._endpoint.socket_path}"
+        """The nucleus's IPC socket (``ipc+iotcore:`` for its cloud MQTT proxy)."""
+        scheme = "ipc" if self._bus is Bus.LOCAL else "ipc+iotcore"
+        return f"{scheme}:{self._endpoint.socket_path}"
+
+    @property
+    def bus(self) -> Bus:
+        """The local pub/sub or the cloud MQTT proxy."""
+        return self._bus
+
+    @property
+    def _bus_name(self) -> str:
+        return "IPC bus" if self._bus is Bus.LOCAL else "cloud MQTT proxy"
 
     @property
     def failovers(self) -> int:

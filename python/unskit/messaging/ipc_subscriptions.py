@@ -12,7 +12,14 @@ from concurrent.futures import Future
 from typing import Any
 
 from unskit.edge import edge_error
-from unskit.edge.pubsub import StreamCallbacks, close_stream, is_connection_lost, subscribe
+from unskit.edge.pubsub import (
+    Bus,
+    StreamCallbacks,
+    close_stream,
+    is_connection_lost,
+    subscribe_bus,
+)
+from unskit.errors import UnsupportedQosError
 from unskit.messaging.ipc_connection import _IpcState
 from unskit.messaging.mqtt_subscriptions import _RESUBSCRIBE_BACKOFF
 from unskit.messaging.requests import DeadlineTimer
@@ -27,7 +34,13 @@ class _IpcSubscriptions(_IpcState):
 
     def subscribe(self, topic_filters: Sequence[str], qos: QoS) -> None:
         """Subscribes now if connected (one stream per filter); restored after reconnects.
-        The IPC bus has no subscription QoS: `qos` is kept only to answer `filters`."""
+        The local IPC bus has no subscription QoS (`qos` is kept only to answer `filters`);
+        the cloud proxy takes 0 or 1."""
+        if qos == QoS.EXACTLY_ONCE and self._bus is Bus.IOT_CORE:
+            raise UnsupportedQosError(
+                f"messaging {self._name}: QoS 2 subscription to {list(topic_filters)} refused: "
+                "the edge runtime's cloud MQTT proxy carries QoS 0 and 1 only"
+            )
         self._require_started()
         with self._lock:
             for topic_filter in topic_filters:
@@ -121,10 +134,14 @@ class _IpcSubscriptions(_IpcState):
             self._deliver, functools.partial(self._stream_closed, generation, topic_filter)
         )
         try:
-            answer, stream = subscribe(
+            with self._lock:
+                qos = self._filters.get(topic_filter, QoS.AT_LEAST_ONCE)
+            answer, stream = subscribe_bus(
                 client,
+                self._bus,
                 topic_filter,
                 receive_all=self._receive_all(topic_filter),
+                at_least_once=qos != QoS.AT_MOST_ONCE,
                 callbacks=callbacks,
             )
         except Exception as exc:  # the connection just went; its loss restores the filter
@@ -162,7 +179,7 @@ class _IpcSubscriptions(_IpcState):
         error = (
             None
             if exc is None or is_connection_lost(exc)
-            else edge_error(exc, "SubscribeToTopic", topic_filter)
+            else edge_error(exc, self._bus.subscribe_operation, topic_filter)
         )
         with self._lock:
             if generation != self._generation or self._streams.get(topic_filter) is not stream:

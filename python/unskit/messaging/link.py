@@ -278,6 +278,11 @@ class Link:
         outbox when there is one)."""
         chosen = self.publish_qos if qos is None else QoS(qos)
         if self.forwarder is not None:
+            # A publish the link can never send (QoS 2 on the edge runtime's proxy) is
+            # refused now: once stored, the outbox could only retry it forever.
+            check = getattr(self.transport, "check_publish", None)
+            if check is not None:
+                check(topic, chosen)
             self.forwarder.publish(topic, payload, chosen)
         else:
             self.transport.publish(topic, payload, chosen)

@@ -119,7 +119,8 @@ class _Accessors:
         emit."""
         broker = config.northbound if link == "northbound" else config.local
         status = functools.partial(self.get_messaging().link_status, link == "northbound")
-        # An IPC local link has no broker list: its one endpoint is the nucleus's socket.
+        # An IPC link (local, or northbound over the runtime's proxy) has no broker list:
+        # its one endpoint is the nucleus's socket.
         endpoints = (
             [
                 f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -160,12 +160,12 @@ class Runtime(_Stopping, _Reconfiguring):
         local = _LibraryPublisher(self._messaging, northbound=False)
         cloud = (
             _LibraryPublisher(self._messaging, northbound=True)
-            if messaging_config.northbound is not None
+            if messaging_config.has_northbound
             else None
         )
         self.events = Events(self._messaging, self.topics, stamp=config)
         self.supervisor.attach_alarms(self.events)
-        links = ("local", "northbound") if messaging_config.northbound is not None else ("local",)
+        links = ("local", "northbound") if messaging_config.has_northbound else ("local",)
         self.publish_watch = PublishWatch(self._messaging, self.events, links).start()
         for link in links:
             self.observe_queue(
