@@ -95,7 +95,8 @@ class Runtime(_Stopping, _Reconfiguring):
         except BaseException as error:
             if isinstance(error, (ConfigError, EdgeRuntimeError)):
                 # The caller reports it (`unskit run` in one line); a traceback says nothing more.
-                _log.info("start-up refused (%s); stopping what already started", error)
+                # Not the message itself: the caller prints it, once.
+                _log.info("start-up refused; stopping what already started")
             else:
                 _log.exception("start-up failed; stopping what already started")
             if self._coordinator is not None:
