@@ -54,6 +54,7 @@ The Rust core's errors are mapped to these classes in ``rust/unskit-py/src/error
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -88,6 +89,7 @@ __all__ = [
     "UnskitError",
     "UnsupportedQosError",
     "VerificationError",
+    "extra_installed",
     "missing_extra",
 ]
 
@@ -295,6 +297,17 @@ class SoapDeviceError(CommandError):
     def to_capture_error(self) -> CaptureError:
         """The failure as a capture's failure block (stage acquisition)."""
         return CaptureError(self.code, "acquisition", self.message, retriable=self.retriable)
+
+
+def extra_installed(*modules: str) -> bool:
+    """Whether every module an optional extra provides can be found (none is imported)."""
+    for module in modules:
+        try:
+            if importlib.util.find_spec(module) is None:
+                return False
+        except ImportError:  # a parent package is missing or set aside
+            return False
+    return True
 
 
 def missing_extra(what: str, module: str, extra: str) -> str:

@@ -19,6 +19,7 @@ from unskit.camera.codec import write_hashed
 from unskit.camera.config import StorageSpec
 from unskit.commands.codes import ErrorCode
 from unskit.errors import CaptureError
+from unskit.files import fsync_directory
 
 __all__ = ["PARTIAL_DIR", "Staged", "Storage"]
 
@@ -141,7 +142,7 @@ class Storage:
                 os.replace(staged.sidecar_temp, staged.sidecar_path)
             os.replace(staged.image_temp, staged.image_path)
             if self.spec.fsync:
-                _fsync_dir(folder)
+                fsync_directory(folder)
         except OSError as error:
             self.discard(staged)
             raise CaptureError(
@@ -159,11 +160,3 @@ class Storage:
         for path in paths:
             if path is not None:
                 path.unlink(missing_ok=True)
-
-
-def _fsync_dir(folder: Path) -> None:
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)

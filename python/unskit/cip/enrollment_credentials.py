@@ -30,6 +30,7 @@ from unskit.cip.est import ClientIdentity
 from unskit.config.secrets import Secret, SecretRef
 from unskit.config.vault import Vault
 from unskit.errors import EstError, SecretError
+from unskit.files import write_atomically
 
 
 class _Credentials:
@@ -143,8 +144,8 @@ class _Credentials:
             self._vault().put(into[1], bundle)
             return
         # The key first: a reader that sees the new certificate also finds its key.
-        _write_atomic(Path(into[2]), identity.key_pem.reveal().encode(), 0o600)
-        _write_atomic(Path(into[1]), identity.cert_pem.encode(), 0o644)
+        write_atomically(Path(into[2]), identity.key_pem.reveal().encode(), mode=0o600)
+        write_atomically(Path(into[1]), identity.cert_pem.encode(), mode=0o644)
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -217,24 +218,3 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, OSError) and not isinstance(exc, EstError):
         return f"{exc.strerror or type(exc).__name__}: {exc.filename or ''}".rstrip(": ")
     return str(exc)
-
-
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)

@@ -37,6 +37,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from unskit.config.secrets import Secret, SecretRef
 from unskit.errors import SecretError
+from unskit.files import write_atomically
 
 __all__ = [
     "DEFAULT_KEY_ENV",
@@ -285,21 +286,8 @@ class Vault:
             "ciphertext": base64.b64encode(ciphertext).decode("ascii"),
         }
         data = (json.dumps(document, indent=2) + "\n").encode()
-        directory = self.path.parent
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
-        try:
-            # mkstemp creates the file 0600: the ciphertext is never world-readable.
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temp, self.path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-            raise
-        _fsync_directory(directory)
+        # 0600 from the first byte: the ciphertext is never world-readable.
+        write_atomically(self.path, data, mode=0o600)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -366,11 +354,3 @@ def _check_value(name: str, value: object) -> SecretValue:
     ):
         return dict(value)
     raise SecretError(f"secret {name!r} must be a string or an object of string fields")
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from unskit.demo.plan import demo_documents, demo_peers, missing_extras, recorder_available
-from unskit.demo.supervisor import EXIT_MISMATCH, Supervisor, free_port
+from unskit.demo.supervisor import EXIT_MISMATCH, Supervisor
+from unskit.localhost import free_port
 
 __all__ = ["add_demo_parser", "demo_main"]
 

@@ -17,10 +17,11 @@ The demo needs the `embedded` extra (amqtt, unless --broker names a broker) and 
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from unskit.errors import extra_installed
 
 __all__ = [
     "CAMERAS",
@@ -288,7 +289,7 @@ def missing_extras(*, embedded_broker: bool = True) -> str | None:
     missing = [
         (module, extra, what)
         for module, extra, what in NEEDED_EXTRAS
-        if (embedded_broker or extra != "embedded") and importlib.util.find_spec(module) is None
+        if (embedded_broker or extra != "embedded") and not extra_installed(module)
     ]
     if not missing:
         return None
@@ -299,7 +300,7 @@ def missing_extras(*, embedded_broker: bool = True) -> str | None:
 
 def recorder_available() -> bool:
     """Whether the signal-recorder can run here (its extra, pyarrow, is installed)."""
-    return importlib.util.find_spec("pyarrow") is not None
+    return extra_installed("pyarrow")
 
 
 def _recorder(output: Path) -> dict[str, Any]:

@@ -28,11 +28,12 @@ from unskit.config.model import BrokerConfig, MessagingConfig
 from unskit.demo.plan import ROOT, THING, Peer
 from unskit.demo.view import SOURCE_WIDTH, Capture, Tally, _signal_name, describe, uns_class
 from unskit.envelope import Message
+from unskit.localhost import free_port
 from unskit.errors import UnskitError
 from unskit.messaging import MessagingClient
 from unskit.runtime.embedded_broker import EmbeddedBroker
 
-__all__ = ["EXIT_MISMATCH", "Component", "Supervisor", "free_port"]
+__all__ = ["EXIT_MISMATCH", "Component", "Supervisor"]
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -57,13 +58,6 @@ class Component:
     health_port: int = 0
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     exit_code: int | None = None
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _ready(port: int) -> bool:

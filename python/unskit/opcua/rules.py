@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from unskit.config.model import ComponentConfig
 from unskit.config.templates import path_template_variables, render_path_template
-from unskit.errors import ConfigError, ConfigIssue, missing_extra
+from unskit.errors import ConfigError, ConfigIssue, extra_installed, missing_extra
 from unskit.opcua.settings import DEFAULT_PKI_DIR, SECURITY_POLICIES
 
 _MAX_PORT = 65535
@@ -42,7 +42,7 @@ _NEEDS_VAULT = (
 
 
 def _rules(entry: Mapping[str, Any], path: str, config: ComponentConfig) -> Iterator[ConfigIssue]:
-    if importlib.util.find_spec("asyncua") is None:
+    if not extra_installed("asyncua"):
         yield ConfigIssue(path, missing_extra("the opcua-adapter", "asyncua", "opcua"))
     connection = entry["connection"]
     at = f"{path}.connection"

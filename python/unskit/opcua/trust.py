@@ -17,6 +17,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 
 from unskit.errors import DeviceError
+from unskit.files import write_atomically
 from unskit.opcua.certificates import _iso, _parse_certificates, _split_der_chain, sha1_thumbprint
 
 __all__ = ["TrustStore"]
@@ -122,7 +123,7 @@ class TrustStore:
         thumbprint = sha1_thumbprint(leaf_der)
         target = self.rejected / f"{thumbprint}.der"
         try:
-            _write_atomic(target, leaf_der)
+            write_atomically(target, leaf_der)
             saved = f"; written to {target}"
             if code == "BadCertificateUntrusted" and pinned is None:
                 saved += f" (move it to {self.trusted} to trust it)"
@@ -194,15 +195,3 @@ def _can_issue(cert: x509.Certificate) -> bool:
     except x509.ExtensionNotFound:
         return True
     return bool(usage.key_cert_sign)
-
-
-def _write_atomic(target: Path, data: bytes) -> None:
-    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(temp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise

@@ -55,7 +55,7 @@ def component_schema() -> Mapping[str, Any]:
 
 def extra_installed() -> bool:
     """Whether pyarrow (the `recorder` extra) can be imported."""
-    return importlib.util.find_spec("pyarrow") is not None
+    return errors.extra_installed("pyarrow")
 
 
 def missing_extra() -> str:

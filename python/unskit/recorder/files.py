@@ -83,14 +83,6 @@ class _OpenFile:
             self.tmp.unlink(missing_ok=True)
 
 
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def recover_leftovers(output: Path, identity: str) -> list[Path]:
     """Renames the hidden ``.tmp`` files a crashed recorder of this host left (its pid is
     gone, or it is ours from an earlier run) to ``.parquet.abandoned``: they have no footer

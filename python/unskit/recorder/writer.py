@@ -25,7 +25,8 @@ import pyarrow.parquet as pq
 from unskit.recorder.columns import Batch as Batch
 from unskit.recorder.columns import Source, _Columns
 from unskit.recorder.config import RollPolicy
-from unskit.recorder.files import FileFailure, _fsync_dir, _OpenFile, process_identity
+from unskit.files import fsync_directory
+from unskit.recorder.files import FileFailure, _OpenFile, process_identity
 from unskit.recorder.files import recover_leftovers as recover_leftovers
 from unskit.recorder.schema import METADATA_KEY, QUALITIES, SCHEMA_VERSION, VALUE_TYPES, file_schema
 
@@ -265,7 +266,7 @@ class RecordWriter:
             opened.handle.close()
             os.replace(opened.tmp, opened.path)
             if self.fsync:
-                _fsync_dir(opened.path.parent)
+                fsync_directory(opened.path.parent)
         except OSError as error:
             self._fail(opened, error)
             return False

@@ -30,6 +30,7 @@ from unskit.config.platform import Platform, detect_platform
 from unskit.edge.lifecycle import report_failed_start
 from unskit.envelope import Message, MessageBuilder
 from unskit.errors import ConfigError, ConfigIssue, EdgeRuntimeError, UnskitError
+from unskit.localhost import free_port
 from unskit.messaging import MessagingClient
 from unskit.runtime.accessors import QUEUES_FAMILY as QUEUES_FAMILY
 from unskit.runtime.app import ComponentApp as ComponentApp
@@ -227,7 +228,7 @@ class Runtime(_Stopping, _Reconfiguring):
         local = messaging.local
         if local is None or local.host != EMBEDDED_HOST:
             return messaging
-        port = local.port or _free_port()
+        port = local.port or free_port()
         self.embedded_broker = EmbeddedBroker(port).start()
         _log.info("messaging.local is embedded: this component owns a broker on 127.0.0.1:%d", port)
         return dataclasses.replace(
@@ -267,12 +268,6 @@ class Runtime(_Stopping, _Reconfiguring):
         # A stop signal is recorded by its handler; this thread drains, then returns 0.
         self._wait_until_stopped()
         return 0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _publish_backlog(messaging: MessagingClient, northbound: bool) -> int:

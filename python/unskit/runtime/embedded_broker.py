@@ -14,7 +14,7 @@ import threading
 from typing import Any
 
 from unskit.config.model import DEFAULT_EMBEDDED_PORT
-from unskit.errors import MessagingError, missing_extra
+from unskit.errors import MessagingError, extra_installed, missing_extra
 
 __all__ = ["DEFAULT_EMBEDDED_PORT", "EmbeddedBroker"]
 
@@ -61,7 +61,7 @@ class EmbeddedBroker:
         """Starts the broker and returns once it listens; MessagingError if it cannot."""
         if self._thread is not None:
             return self
-        if importlib.util.find_spec("amqtt") is None:
+        if not extra_installed("amqtt"):
             raise MessagingError(missing_extra("the embedded MQTT broker", "amqtt", "embedded"))
         ready: concurrent.futures.Future[Any] = concurrent.futures.Future()
         loop = asyncio.new_event_loop()

@@ -196,8 +196,6 @@ def missing_extra(backend: str) -> str | None:
         return None
     extra, module = EXTRAS[backend]
     for name in (module, "onvif"):
-        try:
-            importlib.import_module(name)
-        except ImportError:
+        if not errors.extra_installed(name):
             return errors.missing_extra(f"backend {backend!r}", name, extra)
     return None

@@ -181,13 +181,7 @@ def missing_extra(kind: str) -> str:
 
 def extra_installed(kind: str) -> bool:
     """False when `kind` needs an optional extra whose SDK cannot be imported."""
-    if kind not in EXTRAS:
-        return True
-    try:
-        importlib.import_module(EXTRAS[kind][1])
-    except ImportError:
-        return False
-    return True
+    return kind not in EXTRAS or errors.extra_installed(EXTRAS[kind][1])
 
 
 def safe_relative(text: str) -> PurePosixPath:
