@@ -16,6 +16,9 @@ from tests.support.mosquitto import Mosquitto
 from tests.support.nats import NatsCluster
 from tests.support.pki import Pki, make_pki
 from tests.support.servers import root_logging_restored
+from tests.support.tiers import server_fixture, uses_server
+
+pytest_plugins = ["pytester"]
 
 
 @pytest.fixture(scope="session")
@@ -23,14 +26,14 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 
-@pytest.fixture(scope="module")
+@server_fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Mosquitto]:
     mosquitto = Mosquitto(tmp_path_factory.mktemp("mosquitto"), pki).start()
     yield mosquitto
     mosquitto.stop()
 
 
-@pytest.fixture(scope="module")
+@server_fixture(scope="module")
 def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
     """A 3-node NATS cluster speaking MQTT, one per test module (failover tests kill nodes)."""
     cluster = NatsCluster(tmp_path_factory.mktemp("nats")).start()
@@ -47,48 +50,15 @@ def restore_root_logging() -> Iterator[None]:
 
 # -- test tiers ------------------------------------------------------------------------------
 # unit: no network, no subprocess (enforced below); integration: real servers or processes;
-# slow: over ~5 s. A test is integration when it uses a server fixture or its module or class
-# is marked so; every other test is unit, and the guard fails it if it reaches the network.
-
-#: Fixtures that start or reach a real server, a component or a process.
-SERVER_FIXTURES = frozenset(
-    {
-        "broker",
-        "broker_later",
-        "own_broker",
-        "logix",
-        "packed_logix",
-        "moto",
-        "bucket",
-        "sshd",
-        "ftps",
-        "httpd",
-        "upload",
-        "rtsp_url",
-        "harness",
-        "rig",
-        "start_adapter",
-        "start_cip",
-        "start_sample",
-        "start_sample_once",
-        "make_client",
-        "make_server",
-        "server",
-        "connected",
-        "scrape_registry",
-        "vault_files",
-        "node_opcua_server",
-        "opcua_server",
-        "nats",
-        "nucleus",
-    }
-)
+# slow: over ~5 s. A test is integration when it uses a fixture declared with
+# `tests.support.tiers.server_fixture` (directly or through other fixtures) or its module or
+# class is marked so; every other test is unit, and the guard fails it if it reaches the
+# network or starts a process.
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        uses_server = not SERVER_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
-        if uses_server and item.get_closest_marker("integration") is None:
+        if item.get_closest_marker("integration") is None and uses_server(item):
             item.add_marker(pytest.mark.integration)
         if item.get_closest_marker("integration") is None:
             item.add_marker(pytest.mark.unit)

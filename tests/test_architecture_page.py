@@ -1,5 +1,7 @@
-"""docs/architecture.md matches the code: every room has its paragraph, the layer diagram
-holds for every import, and every function the two walks name exists.
+"""docs/architecture.md matches the code: every room has its paragraph, every module and Rust
+file is named in its room's paragraph, the modules that import the compiled extension are the
+ones the page lists, the layer diagram holds for every import, and every function the two
+walks name exists.
 
 The page's conventions, which this test reads:
 
@@ -7,6 +9,11 @@ The page's conventions, which this test reads:
   ``python/unskit``: a package with a trailing slash (``camera/backends/``, and the stub
   package ``_core/``, whose ``__init__.pyi`` stands for the compiled extension) or a top-level
   module with its ``.py`` (``cli.py``); a Rust crate is named by its path (``rust/unskit-py``).
+- A package's paragraph names each of its modules ticked, by file name (``ptz.py`` under
+  ``camera/``); a crate's paragraph names each source file ticked, by its path below
+  ``src/`` (``cip/io.rs``; ``lib.rs`` and a folder's ``mod.rs`` stand for themselves).
+- The ``_core/`` paragraph has a sentence ``Imported by:`` followed by the ticked modules
+  that import ``unskit._core`` (paths relative to ``python/unskit``), up to a blank line.
 - The layer diagram is the first fenced block under ``## Layering``: one line per layer,
   ``N  room room ...`` (a comment in parentheses may follow), rooms named as above, N
   growing upwards.
@@ -80,6 +87,79 @@ def test_every_package_and_top_level_module_has_a_paragraph(room):
 @pytest.mark.parametrize("crate", ["rust/unskit-core", "rust/unskit-py"])
 def test_both_rust_crates_have_a_paragraph(crate):
     assert crate in headings()
+
+
+def paragraph(name: str) -> str:
+    """The text under the ``### `name` `` heading, up to the next heading."""
+    match = re.search(rf"^### `{re.escape(name)}`\n(.*?)(?=^##)", page(), re.MULTILINE | re.DOTALL)
+    assert match is not None, f"docs/architecture.md has no '### `{name}`' paragraph"
+    return match[1]
+
+
+def modules() -> list[tuple[str, str]]:
+    """(package, module file name) for every module inside a package."""
+    found = []
+    for package in packages():
+        folder = PACKAGE / package
+        for path in sorted([*folder.glob("*.py"), *folder.glob("*.pyi")]):
+            if path.stem != "__init__":
+                found.append((package, path.name))
+    return found
+
+
+@pytest.mark.parametrize(("package", "module"), modules())
+def test_every_module_is_named_in_its_package_paragraph(package, module):
+    named = set(_TICKED.findall(paragraph(package)))
+    assert module in named, f"the paragraph of {package} does not name `{module}`"
+
+
+def rust_files(crate: str) -> list[str]:
+    src = ROOT / crate / "src"
+    return sorted(path.relative_to(src).as_posix() for path in src.rglob("*.rs"))
+
+
+@pytest.mark.parametrize(
+    ("crate", "file"),
+    [
+        (crate, file)
+        for crate in ("rust/unskit-core", "rust/unskit-py")
+        for file in rust_files(crate)
+    ],
+)
+def test_every_rust_file_is_named_in_its_crate_paragraph(crate, file):
+    if file == "lib.rs" or file.endswith("/mod.rs"):
+        return
+    named = set(_TICKED.findall(paragraph(crate)))
+    assert file in named, f"the paragraph of {crate} does not name `{file}`"
+
+
+def core_importers() -> set[str]:
+    """Every module (path relative to python/unskit) that imports unskit._core."""
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE)
+        package = ["unskit", *rel.parent.parts]
+        for node in ast.walk(tree_of(path)):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom):
+                base = package[: len(package) - node.level + 1] if node.level else []
+                module = ".".join([*base, *([node.module] if node.module else [])])
+                names = [module] + [f"{module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            if any(name == "unskit._core" or name.startswith("unskit._core.") for name in names):
+                found.add(rel.as_posix())
+    return found
+
+
+def test_the_page_lists_the_modules_that_import_the_extension():
+    text = paragraph("_core/")
+    assert "Imported by:" in text, "the _core/ paragraph has no 'Imported by:' list"
+    listed = set(_TICKED.findall(text.split("Imported by:", 1)[1].split("\n\n", 1)[0]))
+    assert listed == core_importers(), (
+        f"missing from the page: {sorted(core_importers() - listed)}; "
+        f"listed but not importing _core: {sorted(listed - core_importers())}"
+    )
 
 
 def test_every_paragraph_names_a_room_that_exists():

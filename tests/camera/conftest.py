@@ -10,11 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.support.adapter import Inbox, connected_client, framework_sections, inbox_answers
 from tests.support.mosquitto import Mosquitto
 from tests.support.servers import wait_until
+from tests.support.tiers import server_fixture
 from unskit.camera.component import CameraAdapter
 from unskit.commands import CommandClient
 from unskit.config import ConfigLoader
@@ -144,7 +143,7 @@ class CameraHarness:
             runtime.shutdown()
 
 
-@pytest.fixture
+@server_fixture
 def harness(
     broker: Mosquitto, tmp_path: Path, restore_root_logging: None
 ) -> Iterator[CameraHarness]:

@@ -19,6 +19,7 @@ from tests.support.adapter import Inbox, connected_client
 from tests.support.mosquitto import Mosquitto
 from tests.support.pki import Pki
 from tests.support.servers import wait_until
+from tests.support.tiers import server_fixture
 from unskit.camera.announcements import TERMINAL_SOURCE, LifecycleQueue
 from unskit.envelope import Message
 from unskit.messaging import MessagingClient
@@ -180,7 +181,7 @@ def test_storage_low_clears_when_room_returns_without_captures(
 # -- message-publish-degraded ---------------------------------------------------------------
 
 
-@pytest.fixture
+@server_fixture
 def own_broker(tmp_path: Path, pki: Pki) -> Iterator[Mosquitto]:
     """A broker of this test alone: it is stopped and started again."""
     mosquitto = Mosquitto(tmp_path / "mosquitto", pki).start()

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.camera.conftest import CameraHarness, Rig, sim
+from tests.support.tiers import server_fixture
 from unskit.camera.backends import Acquired
 from unskit.camera.codec import Frame
 from unskit.camera.freshness import FreshnessMemory, fingerprint
@@ -32,7 +33,7 @@ def trigger_camera(instance: str, **connection: Any) -> dict[str, Any]:
     return sim(instance, captureMode="software-trigger", **connection)
 
 
-@pytest.fixture
+@server_fixture
 def rig(harness: CameraHarness) -> Rig:
     return harness.start(
         {

@@ -15,6 +15,7 @@ import pytest
 
 from tests.camera.conftest import CameraHarness, Rig, sim
 from tests.support.servers import wait_until
+from tests.support.tiers import server_fixture
 from unskit.errors import CommandError
 
 Document = dict[str, Any]
@@ -40,7 +41,7 @@ def camera(document: Document, instance: str) -> dict[str, Any]:
     return next(c for c in document["component"]["cameras"] if c["instance"] == instance)
 
 
-@pytest.fixture
+@server_fixture
 def rig(harness: CameraHarness) -> Rig:
     return harness.start(base())
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.camera.conftest import CameraHarness, Rig, sim
+from tests.support.tiers import server_fixture
 from unskit.commands.fields import REPLY_BUDGET_BYTES, json_size
 from unskit.errors import CommandError
 
@@ -21,7 +22,7 @@ def metadata_of(size: int) -> dict[str, str]:
     return metadata
 
 
-@pytest.fixture
+@server_fixture
 def rig(harness: CameraHarness) -> Rig:
     return harness.start(
         {

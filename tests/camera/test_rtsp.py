@@ -17,6 +17,7 @@ import pytest
 
 from tests.camera.conftest import CameraHarness, Rig
 from tests.support.servers import free_port, port_open, wait_until
+from tests.support.tiers import server_fixture
 
 SERVER = """
 import sys
@@ -188,12 +189,12 @@ def own_rtsp_server(tmp_path: Path) -> Iterator[RtspServer]:
         yield server
 
 
-@pytest.fixture(scope="module")
+@server_fixture(scope="module")
 def rtsp_url(rtsp_server: RtspServer) -> str:
     return f"rtsp://127.0.0.1:{rtsp_server.port}/cam"
 
 
-@pytest.fixture
+@server_fixture
 def rig(harness: CameraHarness, rtsp_url: str) -> Rig:
     return harness.start(
         {

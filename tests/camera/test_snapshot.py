@@ -21,6 +21,7 @@ import pytest
 
 from tests.camera.conftest import CameraHarness, Rig
 from tests.support.servers import free_port, wait_until
+from tests.support.tiers import server_fixture
 from unskit.camera.codec import jpeg_dimensions
 from unskit.config.vault import Vault, VaultKey
 
@@ -165,7 +166,7 @@ def camera() -> Iterator[Camera]:
     server.stop()
 
 
-@pytest.fixture
+@server_fixture
 def rig(harness: CameraHarness, camera: Camera, tmp_path: Path) -> Rig:
     key = VaultKey.generate()
     key_file = tmp_path / "vault.key"

@@ -13,6 +13,7 @@ import pytest
 
 from tests.camera.conftest import CameraHarness, Rig, sim
 from tests.support.servers import wait_until
+from tests.support.tiers import server_fixture
 from unskit.camera.jobs import JobState
 
 
@@ -37,7 +38,7 @@ def fleet() -> dict[str, Any]:
     }
 
 
-@pytest.fixture
+@server_fixture
 def rig(harness: CameraHarness) -> Rig:
     return harness.start(fleet())
 

@@ -6,11 +6,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.support.adapter import Adapter, AdapterHarness
 from tests.support.cpppo import LogixSimulator
 from tests.support.mosquitto import Mosquitto
+from tests.support.tiers import server_fixture
 from unskit.cip.component import EthernetIpAdapter
 
 #: Every elementary type the adapter reads, arrays, a BOOL array and one past cpppo's
@@ -30,7 +29,7 @@ TAGS = (
 )
 
 
-@pytest.fixture
+@server_fixture
 def logix(tmp_path: Path) -> Iterator[LogixSimulator]:
     simulator = LogixSimulator(TAGS, tmp_path / "cpppo").start()
     yield simulator
@@ -62,7 +61,7 @@ FAST_TIMING = {
 }
 
 
-@pytest.fixture
+@server_fixture
 def start_cip(
     broker: Mosquitto, tmp_path: Path, restore_root_logging: None
 ) -> Iterator[Callable[..., Adapter]]:

@@ -31,6 +31,7 @@ from tests.support.est_server import EstServer
 from tests.support.mosquitto import Mosquitto
 from tests.support.pki import Pki
 from tests.support.servers import free_port, require_binary, wait_until
+from tests.support.tiers import server_fixture
 from unskit.cip.component import EthernetIpAdapter
 from unskit.cip.config import parse_component
 from unskit.cip.enrollment import (
@@ -84,7 +85,7 @@ def est(tmp_path: Path, pki: Pki) -> Iterator[EstServer]:
     server.stop()
 
 
-@pytest.fixture
+@server_fixture
 def vault_files(tmp_path: Path) -> VaultSecrets:
     key = VaultKey.generate()
     key_file = tmp_path / "vault.key"

@@ -13,6 +13,7 @@ import pytest
 from tests.cip.packed_logix import packed_bits
 from tests.support.cpppo import LogixSimulator
 from tests.support.servers import free_port
+from tests.support.tiers import server_fixture
 from unskit.cip.poll import PollDriver
 from unskit.southbound.driver import (
     DeviceError,
@@ -44,7 +45,7 @@ def driver_for(
 MESSAGING = [{"connected": True}, {"connected": False}, {"connected": False, "slot": 0}]
 
 
-@pytest.fixture(params=MESSAGING, ids=["connected", "unconnected", "unconnected-slot"])
+@server_fixture(params=MESSAGING, ids=["connected", "unconnected", "unconnected-slot"])
 def connected(request, logix: LogixSimulator):
     drivers: list[PollDriver] = []
 
@@ -173,7 +174,7 @@ def test_connect_to_nothing_fails_within_the_deadline() -> None:
     assert time.monotonic() - started < 3
 
 
-@pytest.fixture
+@server_fixture
 def packed_logix(tmp_path: Path) -> Iterator[LogixSimulator]:
     """cpppo serving a BOOL[64] packed into DWORD[2], beside a BOOL[16] stored per element."""
     tags = ("PackedFlags=UDINT[2]", "Flags=BOOL[16]")

@@ -18,6 +18,7 @@ from tests.support.mosquitto import Mosquitto
 from tests.support.pki import CipPki, Issued, make_cip_pki
 from tests.support.servers import wait_until
 from tests.support.stunnel import OpenSslServer, Stunnel
+from tests.support.tiers import server_fixture
 from unskit.cip.component import EthernetIpAdapter
 from unskit.config.vault import Vault, VaultKey
 
@@ -37,7 +38,7 @@ def cip_pki(tmp_path_factory: pytest.TempPathFactory) -> CipPki:
     return make_cip_pki(tmp_path_factory.mktemp("cip-pki"))
 
 
-@pytest.fixture
+@server_fixture
 def logix(tmp_path: Path) -> Iterator[LogixSimulator]:
     simulator = LogixSimulator(("Temp=REAL", "Count=DINT"), tmp_path / "cpppo").start()
     yield simulator

@@ -9,12 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.commands.sample_component import SampleComponent
 from tests.support.adapter import connected_client, inbox_answers
 from tests.support.mosquitto import Mosquitto
 from tests.support.servers import wait_until
+from tests.support.tiers import server_fixture
 from unskit.commands import CommandClient
 from unskit.config import ConfigLoader
 from unskit.messaging import MessagingClient
@@ -43,7 +42,7 @@ class Sample:
     config_path: Path
 
 
-@pytest.fixture
+@server_fixture
 def start_sample(
     broker: Mosquitto, tmp_path: Path, restore_root_logging: None
 ) -> Iterator[Callable[..., Sample]]:
@@ -80,7 +79,7 @@ def start_sample(
         runtime.shutdown()
 
 
-@pytest.fixture
+@server_fixture
 def start_sample_once(start_sample: Callable[..., Sample]) -> Sample:
     """One sample component for a whole hypothesis run."""
     return start_sample()

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support.mosquitto import Mosquitto
+from tests.support.tiers import server_fixture
 
 from .documents import ANY_COMPONENT_SCHEMA, DELETE, THING, base_document, patched
 
@@ -252,7 +253,7 @@ def test_demo_is_a_command() -> None:
     assert "--duration" in result.stdout
 
 
-@pytest.fixture
+@server_fixture
 def vault_files(tmp_path: Path) -> tuple[str, str]:
     key_file = tmp_path / "vault.key"
     result = run("vault", "keygen", "--key-file", str(key_file))

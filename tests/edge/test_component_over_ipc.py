@@ -17,6 +17,7 @@ import pytest
 
 from tests.support.greengrass import THING_NAME, Harness, Nucleus, service_states
 from tests.support.servers import wait_until
+from tests.support.tiers import server_fixture
 from unskit.commands.client import CommandClient
 from unskit.config.messaging import IpcConfig
 from unskit.config.model import MessagingConfig
@@ -38,7 +39,7 @@ DOCUMENT: dict[str, Any] = {
 }
 
 
-@pytest.fixture(scope="module")
+@server_fixture(scope="module")
 def nucleus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nucleus]:
     folder = tmp_path_factory.mktemp("echo-ipc")
     config = folder / "echo.json"

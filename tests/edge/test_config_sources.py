@@ -21,6 +21,7 @@ from tests.config.documents import TOKEN, base_document
 from tests.edge.conftest import HARNESS
 from tests.support.greengrass import THING_NAME, Harness, Nucleus
 from tests.support.servers import wait_until
+from tests.support.tiers import server_fixture
 from unskit.config import ComponentConfig, ConfigLoader, Platform, SourceKind
 from unskit.edge import IpcConnection, IpcEndpoint
 from unskit.edge import shadow as ipc_shadow
@@ -39,7 +40,7 @@ DEPLOY_S = 90.0
 WAIT_S = 20.0
 
 
-@pytest.fixture(scope="module")
+@server_fixture(scope="module")
 def nucleus() -> Iterator[Nucleus]:
     runtime = Nucleus(
         [

@@ -24,6 +24,7 @@ import pytest
 from tests.support.greengrass import Nucleus, service_states, states
 from tests.support.mosquitto import Mosquitto
 from tests.support.servers import wait_until
+from tests.support.tiers import server_fixture
 from unskit.config.platform import Platform
 from unskit.edge import IpcEndpoint
 from unskit.edge.lifecycle import LifecycleReporter, LifecycleState, report_failed_start
@@ -103,7 +104,7 @@ def components(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto) -> C
     return Components(tmp_path_factory.mktemp("lifecycle"), broker)
 
 
-@pytest.fixture(scope="module")
+@server_fixture(scope="module")
 def nucleus(components: Components) -> Iterator[Nucleus]:
     runtime = Nucleus([], cli=True, services=components.services).start()
     yield runtime

@@ -31,6 +31,7 @@ from tests.support.greengrass import THING_NAME, Harness, Nucleus, service_state
 from tests.support.mosquitto import Mosquitto
 from tests.support.pki import Pki
 from tests.support.servers import wait_until
+from tests.support.tiers import server_fixture
 from unskit import MessageBuilder
 from unskit.config.messaging import (
     IpcConfig,
@@ -112,7 +113,7 @@ def echo_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("echo-north")
 
 
-@pytest.fixture(scope="module")
+@server_fixture(scope="module")
 def nucleus(cloud: Mosquitto, pki: Pki, echo_folder: Path) -> Iterator[Nucleus]:
     """A nucleus whose cloud endpoint is `cloud`'s mutual-TLS listener. The nucleus counts
     as configured for the cloud only with iotCredEndpoint set too (measured: without it

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support.moto import MotoServer
+from tests.support.tiers import server_fixture
 from unskit.egress.config import (
     EgressSettings,
     InstanceSpec,
@@ -27,14 +28,14 @@ from unskit.runtime.metrics import MetricsRegistry
 MIB = 1024 * 1024
 
 
-@pytest.fixture(scope="module")
+@server_fixture(scope="module")
 def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     server = MotoServer(tmp_path_factory.mktemp("moto") / "moto.log").start()
     yield server
     server.stop()
 
 
-@pytest.fixture
+@server_fixture
 def bucket(moto: MotoServer) -> str:
     name = f"b-{uuid.uuid4().hex[:12]}"
     moto.client().create_bucket(Bucket=name)
@@ -125,7 +126,7 @@ class Harness:
             state.close()
 
 
-@pytest.fixture
+@server_fixture
 def harness(tmp_path: Path) -> Iterator[Harness]:
     h = Harness(tmp_path)
     yield h

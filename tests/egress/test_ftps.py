@@ -23,9 +23,10 @@ from tests.support.ftps import PASSWORD, USER, FtpsServer
 from tests.support.mosquitto import Mosquitto
 from tests.support.pki import Pki
 from tests.support.servers import component_process, free_port, wait_until
+from tests.support.tiers import server_fixture
 
 
-@pytest.fixture(scope="module", params=["explicit", "implicit"])
+@server_fixture(scope="module", params=["explicit", "implicit"])
 def ftps(request: pytest.FixtureRequest, pki: Pki, tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("ftproot")
     server = FtpsServer(root, pki, implicit=request.param == "implicit").start()

@@ -30,18 +30,19 @@ from tests.support.adapter import framework_sections
 from tests.support.httpd import PASSWORD, TOKEN, USER, Httpd, UploadServer
 from tests.support.mosquitto import Mosquitto
 from tests.support.servers import component_process, free_port, wait_until
+from tests.support.tiers import server_fixture
 from unskit.egress.backends import open_backend
 from unskit.egress.state import EgressState
 
 
-@pytest.fixture(scope="module")
+@server_fixture(scope="module")
 def httpd() -> Iterator[Httpd]:
     server = Httpd().start()
     yield server
     server.remove()
 
 
-@pytest.fixture
+@server_fixture
 def upload() -> Iterator[UploadServer]:
     server = UploadServer().start()
     yield server

@@ -15,11 +15,12 @@ import pytest
 from paramiko.sftp import CMD_CLOSE, CMD_EXTENDED
 
 from tests.support.sshd import Sshd
+from tests.support.tiers import server_fixture
 from unskit.egress.backends import open_backend
 from unskit.egress.backends.sftp import _drain_pipelined_writes, _fsync
 
 
-@pytest.fixture(scope="module")
+@server_fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     server = Sshd(tmp_path_factory.mktemp("sshd")).start()
     yield server

@@ -24,11 +24,12 @@ from tests.support.adapter import framework_sections
 from tests.support.mosquitto import Mosquitto
 from tests.support.servers import component_process, free_port, wait_until
 from tests.support.sshd import PASSPHRASE, PasswordAccount, Sshd, password_account
+from tests.support.tiers import server_fixture
 from unskit.config.secrets import Secret, SecretRef
 from unskit.egress.config import parse_host_key
 
 
-@pytest.fixture(scope="module")
+@server_fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     server = Sshd(tmp_path_factory.mktemp("sshd")).start()
     yield server

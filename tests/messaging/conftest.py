@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.servers import wait_until
+from tests.support.tiers import server_fixture
 from unskit.config.model import BrokerConfig, BrokerCredentials, MessagingConfig, QosConfig
 from unskit.messaging import MessagingClient
 
@@ -30,7 +31,7 @@ def broker_config(
     )
 
 
-@pytest.fixture
+@server_fixture
 def make_client() -> Iterator[Callable[..., MessagingClient]]:
     """Starts clients and closes them after the test; waits for the local link by default."""
     clients: list[MessagingClient] = []

@@ -16,6 +16,7 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
 from tests.support.mosquitto import Mosquitto
+from tests.support.tiers import server_fixture
 from unskit.config.messaging import ReconnectConfig, messaging_from_section
 from unskit.config.model import BrokerConfig
 from unskit.messaging import MessagingClient
@@ -104,7 +105,7 @@ def attempts() -> Iterator[AttemptLog]:
         logger.removeHandler(handler)
 
 
-@pytest.fixture
+@server_fixture
 def own_broker(tmp_path, pki) -> Iterator[Mosquitto]:
     """A broker of this test alone: it is restarted ten times."""
     mosquitto = Mosquitto(tmp_path / "mosquitto", pki).start()

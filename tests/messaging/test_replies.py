@@ -11,6 +11,7 @@ from tests.messaging.conftest import broker_config
 from tests.messaging.test_client import broker_has_subscriber, echo_pair, reading, reply_filters
 from tests.support.mosquitto import Mosquitto
 from tests.support.servers import wait_until
+from tests.support.tiers import server_fixture
 from unskit import Message, MessageBuilder
 from unskit.errors import RequestTimeoutError
 from unskit.messaging import REPLY_TOPIC_PREFIX, QoS
@@ -242,7 +243,7 @@ def test_closing_the_client_leaves_no_reply_subscription(broker, make_client, to
     assert reply_filters(client) == set()
 
 
-@pytest.fixture
+@server_fixture
 def own_broker(tmp_path, pki):
     mosquitto = Mosquitto(tmp_path / "mosquitto", pki).start()
     yield mosquitto

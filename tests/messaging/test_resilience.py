@@ -15,6 +15,7 @@ from tests.messaging.test_client import (
 )
 from tests.support.mosquitto import Mosquitto
 from tests.support.servers import wait_until
+from tests.support.tiers import server_fixture
 from unskit import Message
 from unskit.config.model import MessagingConfig
 from unskit.messaging import MessagingClient, QoS
@@ -22,7 +23,7 @@ from unskit.messaging.mqtt import MqttTransport
 from unskit.runtime.health import ReadinessState
 
 
-@pytest.fixture
+@server_fixture
 def own_broker(tmp_path, pki):
     mosquitto = Mosquitto(tmp_path / "mosquitto", pki).start()
     yield mosquitto

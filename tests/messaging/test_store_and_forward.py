@@ -27,6 +27,7 @@ from tests.support.adapter import Inbox, framework_sections
 from tests.support.mosquitto import Mosquitto
 from tests.support.pki import Pki
 from tests.support.servers import wait_until
+from tests.support.tiers import server_fixture
 from unskit.config import load_config
 from unskit.config.messaging import StoreAndForwardConfig
 from unskit.config.model import BrokerConfig, MessagingConfig
@@ -44,7 +45,7 @@ TOPIC = "saf/seq"
 ALARM_SUFFIX = f"/evt/warning/{OUTBOX_OVERFLOW}"
 
 
-@pytest.fixture
+@server_fixture
 def broker_later(tmp_path: Path, pki: Pki) -> Iterator[Mosquitto]:
     """The northbound broker, not started: the test starts and stops it."""
     mosquitto = Mosquitto(tmp_path / "northbound", pki)

@@ -14,12 +14,13 @@ from tests.support.adapter import Adapter, AdapterHarness
 from tests.support.mosquitto import Mosquitto
 from tests.support.node_opcua import NodeOpcuaServer
 from tests.support.opcua import FAST_TIMING, AppCertificate, OpcUaSim, make_app_certificate
+from tests.support.tiers import server_fixture
 from unskit.opcua.adapter import OpcUaDriver
 from unskit.opcua.component import OpcUaAdapter
 from unskit.southbound.driver import InstanceSpec
 
 
-@pytest.fixture
+@server_fixture
 def opcua_server(tmp_path: Path) -> Iterator[Callable[..., OpcUaSim]]:
     """Starts simulators: `opcua_server("--users", "u:p")`; each is killed at the end."""
     started: list[OpcUaSim] = []
@@ -58,7 +59,7 @@ def make_driver() -> Iterator[Callable[..., OpcUaDriver]]:
         driver.close()
 
 
-@pytest.fixture(scope="module")
+@server_fixture(scope="module")
 def node_opcua_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeOpcuaServer]:
     """node-opcua's server on a free loopback port, shared by a module's tests."""
     server = NodeOpcuaServer(tmp_path_factory.mktemp("node-opcua")).start()

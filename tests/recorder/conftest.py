@@ -13,7 +13,6 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
-import pytest
 
 from tests.support.adapter import (
     Adapter,
@@ -25,6 +24,7 @@ from tests.support.adapter import (
 )
 from tests.support.mosquitto import Mosquitto
 from tests.support.servers import root_logging_restored, wait_until
+from tests.support.tiers import server_fixture
 from unskit.cip.component import EthernetIpAdapter
 from unskit.commands import CommandClient
 from unskit.config import ConfigLoader
@@ -155,7 +155,7 @@ class Rig:
             return list(self.data.messages)
 
 
-@pytest.fixture
+@server_fixture
 def rig(broker: Mosquitto, tmp_path: Path) -> Iterator[Rig]:
     made = Rig(broker, tmp_path)
     yield made

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from tests.support.mosquitto import Mosquitto
 from tests.support.servers import component_process, free_port, wait_until
+from tests.support.tiers import server_fixture
 
 from unskit import MessageBuilder
 from unskit.config.model import BrokerConfig, MessagingConfig
@@ -40,7 +41,7 @@ def echo_process(log_path: Path, *args: str) -> contextlib.AbstractContextManage
     return component_process("echo", log_path, *args)
 
 
-@pytest.fixture
+@server_fixture
 def broker_later(tmp_path, pki):
     """A broker whose ports are known but which starts only when the test says so."""
     mosquitto = Mosquitto(tmp_path / "mosquitto", pki)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 
 import pytest
+from tests.support.tiers import server_fixture
 
 from unskit.config.platform import Platform
 from unskit.runtime import health
@@ -51,7 +52,7 @@ def status(port: int, path: str) -> int:
     return get(port, path)[0]
 
 
-@pytest.fixture
+@server_fixture
 def make_server() -> Iterator[Callable[..., HealthServer]]:
     """Starts HealthServers on 127.0.0.1, port 0, and stops them after the test."""
     servers: list[HealthServer] = []

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client.openmetrics import parser as om_parser
 from prometheus_client.parser import text_string_to_metric_families as text_parser
+from tests.support.tiers import server_fixture
 
 from unskit import Identity, Message
 from unskit.runtime.metrics import (
@@ -306,7 +307,7 @@ def parse_exposition(text: str, openmetrics: bool = False):
     return types, values
 
 
-@pytest.fixture
+@server_fixture
 def scrape_registry():
     registry = MetricsRegistry({"component": "cip"})
     emitter = ScrapeEmitter(registry, "127.0.0.1", 0)

@@ -20,6 +20,7 @@ from tests.support.adapter import Inbox, framework_sections
 from tests.support.mosquitto import Mosquitto
 from tests.support.pki import Pki
 from tests.support.servers import wait_until
+from tests.support.tiers import server_fixture
 
 from unskit.config import load_config
 from unskit.config.model import BrokerConfig, MessagingConfig
@@ -32,7 +33,7 @@ from unskit.runtime.publish_watch import BACKLOG_DEGRADED, PUBLISH_DEGRADED
 ALARM_SUFFIX = f"/evt/warning/{PUBLISH_DEGRADED}"
 
 
-@pytest.fixture
+@server_fixture
 def own_broker(tmp_path: Path, pki: Pki) -> Iterator[Mosquitto]:
     """A broker of this test alone: it is stopped and frozen."""
     mosquitto = Mosquitto(tmp_path / "mosquitto", pki).start()

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.tiers import server_fixture
 
 from unskit.runtime.health import HealthConfig, HealthServer, ReadinessState
 from unskit.runtime.shutdown import ShutdownCoordinator
@@ -34,7 +35,7 @@ def readyz(port: int) -> int:
         conn.close()
 
 
-@pytest.fixture
+@server_fixture
 def server() -> Iterator[HealthServer]:
     readiness = ReadinessState(lambda: True)
     health = HealthServer(HealthConfig(port=0), readiness, bind_host=HOST)

@@ -6,11 +6,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.southbound.sim_component import Pushed, SimComponent, Switch, SwitchedDriver
 from tests.support.adapter import Adapter, AdapterHarness
 from tests.support.mosquitto import Mosquitto
+from tests.support.tiers import server_fixture
 
 
 def real_signal(name: str, **settings: Any) -> dict[str, Any]:
@@ -25,7 +24,7 @@ def instance(instance_id: str, *signals: dict[str, Any], **settings: Any) -> dic
     }
 
 
-@pytest.fixture
+@server_fixture
 def start_adapter(
     broker: Mosquitto, tmp_path: Path, restore_root_logging: None
 ) -> Iterator[Callable[..., Adapter]]:

@@ -37,8 +37,15 @@ T = TypeVar("T")
 ENIP_TCP_PORT = 44818
 
 
-def on_enip_port(start: Callable[[int], T], timeout: float = 30.0) -> T:
-    """`start(ENIP_TCP_PORT)`, retried while the port is in use (another test holding it)."""
+#: 44818 lies in the kernel's ephemeral range: besides another test's target, any outgoing
+#: connection of the suite (an MQTT client held for a whole module) may be using it as its
+#: local port, so the wait allows for a long hold.
+ENIP_PORT_WAIT_S = 180.0
+
+
+def on_enip_port(start: Callable[[int], T], timeout: float = ENIP_PORT_WAIT_S) -> T:
+    """`start(ENIP_TCP_PORT)`, retried while the port is in use (another test, or an outgoing
+    connection, holding it)."""
     deadline = time.monotonic() + timeout
     while True:
         try:

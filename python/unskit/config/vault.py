@@ -27,7 +27,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeAlias, final

@@ -28,8 +28,8 @@ from unskit.config.model import BrokerConfig, MessagingConfig
 from unskit.demo.plan import ROOT, THING, Peer
 from unskit.demo.view import SOURCE_WIDTH, Capture, Tally, _signal_name, describe, uns_class
 from unskit.envelope import Message
-from unskit.localhost import free_port
 from unskit.errors import UnskitError
+from unskit.localhost import free_port
 from unskit.messaging import MessagingClient
 from unskit.runtime.embedded_broker import EmbeddedBroker
 

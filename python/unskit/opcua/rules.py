@@ -7,7 +7,6 @@ a `ConfigIssue` naming its JSON path."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any

@@ -3,11 +3,9 @@ a server certificate accepted by its pin, as a trusted one or by its chain to a 
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import logging
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NoReturn

@@ -7,7 +7,6 @@ here, also with their JSON path."""
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass

@@ -22,10 +22,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from unskit.files import fsync_directory
 from unskit.recorder.columns import Batch as Batch
 from unskit.recorder.columns import Source, _Columns
 from unskit.recorder.config import RollPolicy
-from unskit.files import fsync_directory
 from unskit.recorder.files import FileFailure, _OpenFile, process_identity
 from unskit.recorder.files import recover_leftovers as recover_leftovers
 from unskit.recorder.schema import METADATA_KEY, QUALITIES, SCHEMA_VERSION, VALUE_TYPES, file_schema

@@ -18,7 +18,6 @@ import argparse
 import dataclasses
 import functools
 import logging
-import socket
 import sys
 import time
 from collections.abc import Sequence

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field

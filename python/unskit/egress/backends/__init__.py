@@ -8,7 +8,6 @@ bucketstore) is a new module here and one line in `open_backend`.
 
 from __future__ import annotations
 
-import importlib
 import os
 import threading
 from collections.abc import Callable, Mapping
