@@ -16,7 +16,7 @@ from unskit.config.model import ComponentConfig, thaw
 from unskit.config.schema import definition_schema, load_schema, validate_with_schema
 from unskit.elementary_types import field_bytes
 from unskit.errors import ConfigIssue
-from unskit.southbound.component import Candidate
+from unskit.southbound.component import Candidate, parse_instances
 from unskit.southbound.driver import (
     Deadband,
     InstanceSpec,
@@ -26,7 +26,6 @@ from unskit.southbound.driver import (
     Timing,
     parse_timing,
 )
-from unskit.southbound.service import Skipped
 
 __all__ = [
     "CIP_PORT",
@@ -117,25 +116,11 @@ def parse_component(config: ComponentConfig) -> Candidate:
     )
     global_defaults = global_section.get("defaults") or {}
     implicit_io = global_section.get("implicitIo") or {}
-    specs: list[InstanceSpec] = []
-    skipped: list[Skipped] = []
-    seen: set[str] = set()
-    for index, entry in enumerate(component.get("instances") or []):
-        path = f"$.component.instances[{index}]"
-        ident = entry.get("id") if isinstance(entry, Mapping) else None
-        name = ident if isinstance(ident, str) and ident else f"#{index}"
-        issues = _instance_issues(entry, index)
-        if issues:
-            reason = "; ".join(str(issue) for issue in issues)
-            skipped.append(Skipped(name, reason, tuple(issues)))
-            continue
-        if name in seen:
-            issue = ConfigIssue(f"{path}.id", "duplicate id: the first entry wins")
-            skipped.append(Skipped(name, str(issue), (issue,)))
-            continue
-        seen.add(name)
-        specs.append(_instance(entry, global_defaults, timing, path, implicit_io))
-    return Candidate(specs, skipped)
+    return parse_instances(
+        component.get("instances") or [],
+        _instance_issues,
+        lambda entry, path: _instance(entry, global_defaults, timing, path, implicit_io),
+    )
 
 
 def _instance_issues(entry: object, index: int) -> list[ConfigIssue]:

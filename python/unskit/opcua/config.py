@@ -38,9 +38,8 @@ from unskit.opcua.settings import (
     TrustSettings,
     UserToken,
 )
-from unskit.southbound.component import Candidate
+from unskit.southbound.component import Candidate, parse_instances
 from unskit.southbound.driver import InstanceSpec, Timing, parse_timing
-from unskit.southbound.service import Skipped
 
 __all__ = [
     "MESSAGE_MODES",
@@ -98,25 +97,11 @@ def parse_component(config: ComponentConfig) -> Candidate:
         global_section, thresholds_key="healthThresholds", stale_signal_secs=STALE_SIGNAL_SECS
     )
     global_defaults = global_section.get("defaults") or {}
-    specs: list[InstanceSpec] = []
-    skipped: list[Skipped] = []
-    seen: set[str] = set()
-    for index, entry in enumerate(component.get("instances") or []):
-        path = f"$.component.instances[{index}]"
-        ident = entry.get("id") if isinstance(entry, Mapping) else None
-        name = ident if isinstance(ident, str) and ident else f"#{index}"
-        issues = _instance_issues(entry, index, config)
-        if issues:
-            reason = "; ".join(str(issue) for issue in issues)
-            skipped.append(Skipped(name, reason, tuple(issues)))
-            continue
-        if name in seen:
-            issue = ConfigIssue(f"{path}.id", "duplicate id: the first entry wins")
-            skipped.append(Skipped(name, str(issue), (issue,)))
-            continue
-        seen.add(name)
-        specs.append(_instance(entry, global_defaults, timing, path, config))
-    return Candidate(specs, skipped)
+    return parse_instances(
+        component.get("instances") or [],
+        lambda entry, index: _instance_issues(entry, index, config),
+        lambda entry, path: _instance(entry, global_defaults, timing, path, config),
+    )
 
 
 def opcua_settings(spec: InstanceSpec) -> OpcUaSettings:

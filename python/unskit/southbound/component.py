@@ -4,7 +4,7 @@ through a `SouthboundService`, offer the sb verbs and apply reloads."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -15,7 +15,13 @@ from unskit.runtime.component import Runtime
 from unskit.southbound.driver import InstanceSpec
 from unskit.southbound.service import DriverFactory, Skipped, SouthboundService
 
-__all__ = ["Candidate", "SouthboundComponent", "metrics_interval", "shared_sections"]
+__all__ = [
+    "Candidate",
+    "SouthboundComponent",
+    "metrics_interval",
+    "parse_instances",
+    "shared_sections",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -26,6 +32,35 @@ class Candidate:
 
     specs: Sequence[InstanceSpec]
     skipped: Sequence[Skipped]
+
+
+def parse_instances(
+    entries: Iterable[Any],
+    issues_of: Callable[[Any, int], list[ConfigIssue]],
+    build: Callable[[Mapping[str, Any], str], InstanceSpec],
+) -> Candidate:
+    """The instances of `component.instances`: an entry with issues (`issues_of(entry,
+    index)`) is skipped with them, a repeated id is skipped (the first entry wins), every
+    other entry is `build(entry, path)`; declaration order is kept."""
+    specs: list[InstanceSpec] = []
+    skipped: list[Skipped] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(entries):
+        path = f"$.component.instances[{index}]"
+        ident = entry.get("id") if isinstance(entry, Mapping) else None
+        name = ident if isinstance(ident, str) and ident else f"#{index}"
+        issues = issues_of(entry, index)
+        if issues:
+            reason = "; ".join(str(issue) for issue in issues)
+            skipped.append(Skipped(name, reason, tuple(issues)))
+            continue
+        if name in seen:
+            issue = ConfigIssue(f"{path}.id", "duplicate id: the first entry wins")
+            skipped.append(Skipped(name, str(issue), (issue,)))
+            continue
+        seen.add(name)
+        specs.append(build(entry, path))
+    return Candidate(specs, skipped)
 
 
 def shared_sections(config: ComponentConfig) -> dict[str, Any]:
