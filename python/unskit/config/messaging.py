@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from unskit.backoff import backoff_window, jittered_delay
 from unskit.config.secrets import Secret, SecretRef
 from unskit.config.values import (
     DEFAULT_KEEPALIVE_SECONDS,
@@ -119,12 +120,11 @@ class ReconnectConfig:
 
     def window(self, attempt: int) -> float:
         """The upper end of attempt `attempt`'s delay (attempts count from 1)."""
-        # The exponent is capped: 2**16 times any initial delay is past every bound.
-        return min(self.max_delay_seconds, self.initial_delay_seconds * 2.0 ** min(attempt, 16))
+        return backoff_window(self.initial_delay_seconds, self.max_delay_seconds, attempt)
 
     def delay(self, attempt: int, draw: Callable[[float, float], float] = random.uniform) -> float:
         """The jittered wait before attempt `attempt`, within [initial, window(attempt)]."""
-        return draw(self.initial_delay_seconds, self.window(attempt))
+        return jittered_delay(self.initial_delay_seconds, self.max_delay_seconds, attempt, draw)
 
 
 @dataclass(frozen=True)

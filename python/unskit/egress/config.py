@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from unskit.backoff import backoff_window
 from unskit.config.model import ComponentConfig, thaw
 from unskit.config.rules import directory_problem
 from unskit.config.schema import load_schema
@@ -69,8 +70,8 @@ class RetryPolicy:
 
     def backoff_seconds(self, attempts: int) -> float:
         """Delay before attempt `attempts + 1`: doubling from the initial value, capped."""
-        delay: int = self.initial_backoff_ms * (2 ** max(attempts - 1, 0))
-        return min(delay, self.max_backoff_ms) / 1000
+        # Deliveries retry on a fixed schedule, without jitter: the window itself.
+        return backoff_window(self.initial_backoff_ms, self.max_backoff_ms, attempts - 1) / 1000
 
 
 @dataclass(frozen=True)

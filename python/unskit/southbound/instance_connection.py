@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar
 
+from unskit.backoff import jittered_delay
 from unskit.commands import ErrorCode
 from unskit.envelope import EnvelopeStamp, Message
 from unskit.errors import CommandError
@@ -174,12 +175,14 @@ class _Connection:
     def _schedule_retry(self) -> None:
         """Opens the next backoff window: doubling per failed cycle, jittered, capped."""
         timing = self.spec.timing
-        ceiling = min(
+        delay_ms = jittered_delay(
+            timing.reconnect_backoff_min_ms,
             timing.reconnect_backoff_max_ms,
-            timing.reconnect_backoff_min_ms * 2 ** min(self._attempt, 30),
+            self._attempt,
+            self._rng.uniform,
         )
         self._attempt += 1
-        delay = self._rng.uniform(timing.reconnect_backoff_min_ms, ceiling) / 1000
+        delay = delay_ms / 1000
         self._retry_at = time.monotonic() + delay
         _log.info("instance %s: reconnect in %.2f s", self.spec.id, delay)
 
