@@ -3,7 +3,7 @@
 A backend delivers one file to one destination: it resumes from the progress the pipeline
 recorded, reports new progress through the `Journal` as it goes, verifies the copy, and
 raises an `EgressError` subclass when it cannot. Adding a backend (blobstore,
-bucketstore) is a new module here and one line in `open_backend`.
+bucketstore) is a new module here and one line in `BACKENDS`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from unskit.egress.throttle import Throttle
 from unskit.errors import ConfigError, ConfigIssue, SourceChangedError, UnsafePathError
 
 __all__ = [
+    "BACKENDS",
     "EXTRAS",
     "Backend",
+    "BackendEntry",
     "Journal",
     "Outcome",
     "Transfer",
@@ -115,61 +117,60 @@ class Backend(Protocol):
 BackendFactory = Callable[[Mapping[str, Any], "SecretResolver | None"], Backend]
 
 
+@dataclass(frozen=True)
+class BackendEntry:
+    """Where one backend lives and what it needs beyond the base install."""
+
+    module: str
+    cls: str
+    extra: str | None = None  # the pip extra of its SDK (None: in the base install)
+    sdk: str | None = None  # the module that extra provides
+    secrets: bool = True  # whether the class takes (settings, secrets) or settings alone
+
+
+#: Every backend this build knows, by its `type`; a new backend is one line here.
+BACKENDS: Mapping[str, BackendEntry] = {
+    "local": BackendEntry("unskit.egress.backends.local", "LocalBackend", secrets=False),
+    "objectstore": BackendEntry(
+        "unskit.egress.backends.objectstore", "ObjectStoreBackend", "egress", "boto3"
+    ),
+    "sftp": BackendEntry("unskit.egress.backends.sftp", "SftpBackend", "egress", "paramiko"),
+    "ftps": BackendEntry("unskit.egress.backends.ftps", "FtpsBackend"),
+    "http": BackendEntry("unskit.egress.backends.http", "HttpBackend", "http", "requests"),
+    "bucketstore": BackendEntry(
+        "unskit.egress.backends.bucketstore", "BucketStoreBackend", "bucketstore", "requests"
+    ),
+    "blobstore": BackendEntry(
+        "unskit.egress.backends.blobstore", "BlobStoreBackend", "blobstore", "azure.storage.blob"
+    ),
+}
+
+#: The optional extra and the module each SDK-backed backend needs beyond the base install.
+EXTRAS: Mapping[str, tuple[str, str]] = {
+    kind: (entry.extra, entry.sdk)
+    for kind, entry in BACKENDS.items()
+    if entry.extra is not None and entry.sdk is not None
+}
+
+
 def open_backend(
     settings: Mapping[str, Any], secrets: SecretResolver | None, path: str = "$"
 ) -> Backend:
     """The backend for one `egress` entry; ConfigError if this build has none for it."""
     kind = settings["type"]
+    entry = BACKENDS.get(kind)
+    if entry is None:
+        raise ConfigError([ConfigIssue(f"{path}.type", f"backend {kind!r} is not in this build")])
     # Imported on first use: a local-only configuration never loads an SDK.
-    if kind == "local":
-        from unskit.egress.backends.local import LocalBackend
-
-        return LocalBackend(settings)
-    if kind == "objectstore":
-        try:
-            from unskit.egress.backends.objectstore import ObjectStoreBackend
-        except ImportError as exc:
-            raise ConfigError([ConfigIssue(f"{path}.type", missing_extra(kind))]) from exc
-        return ObjectStoreBackend(settings, secrets)
-    if kind == "sftp":
-        try:
-            from unskit.egress.backends.sftp import SftpBackend
-        except ImportError as exc:
-            raise ConfigError([ConfigIssue(f"{path}.type", missing_extra(kind))]) from exc
-        return SftpBackend(settings, secrets)
-    if kind == "ftps":
-        from unskit.egress.backends.ftps import FtpsBackend
-
-        return FtpsBackend(settings, secrets)
-    if kind == "http":
-        try:
-            from unskit.egress.backends.http import HttpBackend
-        except ImportError as exc:
-            raise ConfigError([ConfigIssue(f"{path}.type", missing_extra(kind))]) from exc
-        return HttpBackend(settings, secrets)
-    if kind == "bucketstore":
-        try:
-            from unskit.egress.backends.bucketstore import BucketStoreBackend
-        except ImportError as exc:
-            raise ConfigError([ConfigIssue(f"{path}.type", missing_extra(kind))]) from exc
-        return BucketStoreBackend(settings, secrets)
-    if kind == "blobstore":
-        try:
-            from unskit.egress.backends.blobstore import BlobStoreBackend
-        except ImportError as exc:
-            raise ConfigError([ConfigIssue(f"{path}.type", missing_extra(kind))]) from exc
-        return BlobStoreBackend(settings, secrets)
-    raise ConfigError([ConfigIssue(f"{path}.type", f"backend {kind!r} is not in this build")])
-
-
-#: The optional extra and the module each SDK-backed backend needs beyond the base install.
-EXTRAS: Mapping[str, tuple[str, str]] = {
-    "objectstore": ("egress", "boto3"),
-    "sftp": ("egress", "paramiko"),
-    "http": ("http", "requests"),
-    "bucketstore": ("bucketstore", "requests"),
-    "blobstore": ("blobstore", "azure.storage.blob"),
-}
+    try:
+        module = importlib.import_module(entry.module)
+    except ImportError as exc:
+        if entry.extra is None:
+            raise
+        raise ConfigError([ConfigIssue(f"{path}.type", missing_extra(kind))]) from exc
+    factory = getattr(module, entry.cls)
+    backend: Backend = factory(settings, secrets) if entry.secrets else factory(settings)
+    return backend
 
 
 def missing_extra(kind: str) -> str:
