@@ -8,6 +8,7 @@ bucketstore) is a new module here and one line in `BACKENDS`.
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from collections.abc import Callable, Mapping
