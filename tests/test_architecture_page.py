@@ -383,3 +383,18 @@ def test_the_walk_check_refuses_what_does_not_exist(reference, problem):
 def test_the_rust_check_refuses_what_does_not_exist():
     assert "defines no 'nope'" in (rust_problem("rust/unskit-core/src/lib.rs::nope") or "")
     assert rust_problem("rust/unskit-core/src/nope.rs") == "no such file"
+
+
+# -- module size ------------------------------------------------------------------------------
+
+#: A module longer than this does several jobs: split it by responsibility (issue 38).
+MAX_MODULE_LINES = 600
+
+
+def test_no_python_module_is_longer_than_the_limit():
+    long = [
+        f"{path.relative_to(PACKAGE)}: {count} lines"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (count := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    ]
+    assert not long, "\n".join(long)
