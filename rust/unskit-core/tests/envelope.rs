@@ -34,7 +34,7 @@ fn body() -> impl Strategy<Value = Option<Body>> {
     prop_oneof![
         Just(None),
         value().prop_map(|v| Some(Body::Structured(v))),
-        proptest::collection::vec(any::<u8>(), 0..64).prop_map(|b| Some(Body::Opaque(b))),
+        proptest::collection::vec(any::<u8>(), 0..64).prop_map(|b| Some(Body::Opaque(b.into()))),
         (
             ".{1,10}",
             proptest::collection::vec((value(), 0..4i32, any::<i64>(), ".{0,8}"), 0..3)
@@ -147,9 +147,9 @@ fn minimal() -> Envelope {
 #[test]
 fn opaque_bound_is_inclusive() {
     let mut env = minimal();
-    env.body = Some(Body::Opaque(vec![0; MAX_OPAQUE_BYTES]));
+    env.body = Some(Body::Opaque(vec![0; MAX_OPAQUE_BYTES].into()));
     assert!(encode(&env).is_ok());
-    env.body = Some(Body::Opaque(vec![0; MAX_OPAQUE_BYTES + 1]));
+    env.body = Some(Body::Opaque(vec![0; MAX_OPAQUE_BYTES + 1].into()));
     assert!(matches!(encode(&env), Err(CoreError::InvalidEnvelope(_))));
 }
 

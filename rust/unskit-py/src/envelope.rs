@@ -358,7 +358,7 @@ impl Body {
                     bytes.len()
                 )));
             }
-            CoreBody::Opaque(bytes)
+            CoreBody::Opaque(bytes.into())
         } else {
             CoreBody::Structured(to_value(payload, 0, &At::Root("body"))?)
         };

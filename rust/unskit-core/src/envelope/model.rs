@@ -29,8 +29,9 @@ pub struct Envelope {
 pub enum Body {
     #[prost(message, tag = "7")]
     Structured(Value),
-    #[prost(bytes = "vec", tag = "8")]
-    Opaque(Vec<u8>),
+    // Bytes, not Vec: cloning the envelope (the builder's checks, build) shares the body.
+    #[prost(bytes = "bytes", tag = "8")]
+    Opaque(bytes::Bytes),
     #[prost(message, tag = "16")]
     SouthboundSignalUpdate(SouthboundSignalUpdate),
 }
