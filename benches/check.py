@@ -16,6 +16,11 @@ moved with the phase each ran in (16.7x to 31.5x in three runs of one gate). Eve
 be below 0.5, so a 2x slowdown of ours (half the ratio) always fails. A missing or malformed
 baseline fails the gate with the JSON path of the fault; it never passes silently.
 
+A row whose ratio depends on the CPU's vector units (CRC32C: AVX-512 VPCLMULQDQ, AVX2
+VPCLMULQDQ or PCLMULQDQ kernels) keeps one baseline per CPU class under "by_cpu"; the gate
+takes this machine's class, and a class with no baseline fails until one is recorded here
+(`--record` adds it), never falls back to another class's number.
+
     python benches/check.py                 # run the subset, compare, print the table
     python benches/check.py --from DIR DIR   # judge runs already made (results.json,
                                              # timings.json in each DIR)
@@ -28,6 +33,7 @@ import argparse
 import json
 import math
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -44,6 +50,8 @@ BASELINE = BENCHES / "baseline.json"
 RUNS = 3
 # A tolerance of 0.5 or more would let a 2x regression (half the ratio) pass.
 MAX_TOLERANCE = 0.5
+# The tolerance a CPU class's first recorded baseline gets (the least any row has).
+MIN_NEW_TOLERANCE = 0.1
 
 # CPU-bound pairs only: network and disk rows swing with the other tenants of the machine.
 # Left out too: signal vs numba, whose two sides run one after the other in ~1 s phases of
@@ -74,6 +82,27 @@ PAIRS: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {
 }  # fmt: skip
 
 
+def cpu_class(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """This machine's class for the CPU-dependent rows: its architecture and vector units."""
+    machine = platform.machine().lower()
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return machine
+    flags: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.partition(":")[2].split())
+            break
+    if "vpclmulqdq" in flags and "avx512vl" in flags:
+        return f"{machine}-avx512-vpclmulqdq"
+    if "vpclmulqdq" in flags and "avx2" in flags:
+        return f"{machine}-avx2-vpclmulqdq"
+    if "pclmulqdq" in flags:
+        return f"{machine}-pclmulqdq"
+    return machine
+
+
 class BaselineError(Exception):
     """The baseline file is missing or malformed (the message names the JSON path)."""
 
@@ -89,6 +118,8 @@ class Gate:
     name: str
     ratio: float
     tolerance: float
+    # The CPU class of a per-CPU row's baseline; None for a row with one baseline.
+    cpu: str | None = None
 
     @property
     def floor(self) -> float:
@@ -114,7 +145,7 @@ class Verdict:
         return self.median is not None and self.median >= self.gate.floor
 
 
-def load_baseline(path: Path = BASELINE) -> dict[str, Gate]:
+def load_baseline(path: Path = BASELINE, recording: bool = False) -> dict[str, Gate]:
     """Reads and checks the baseline; raises BaselineError naming the file and JSON path."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -131,10 +162,12 @@ def load_baseline(path: Path = BASELINE) -> dict[str, Gate]:
         raise BaselineError(
             f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from None
-    return parse_baseline(document, str(path))
+    return parse_baseline(document, str(path), recording=recording)
 
 
-def parse_baseline(document: Any, source: str = "baseline") -> dict[str, Gate]:
+def parse_baseline(
+    document: Any, source: str = "baseline", cpu: str | None = None, recording: bool = False
+) -> dict[str, Gate]:
     """Checks a decoded baseline document; raises BaselineError naming the JSON path."""
     if not isinstance(document, dict):
         raise BaselineError(f"{source}: $: must be an object, got {_kind(document)}")
@@ -143,25 +176,53 @@ def parse_baseline(document: Any, source: str = "baseline") -> dict[str, Gate]:
         raise BaselineError(f"{source}: $.rows: must be an object of gated rows, got {_kind(rows)}")
     if not rows:
         raise BaselineError(f"{source}: $.rows: is empty; a gate of no rows checks nothing")
+    cpu = cpu or cpu_class()
     gates = {}
     for name, row in rows.items():
         where = f"{source}: $.rows[{json.dumps(name)}]"
         if not isinstance(row, dict):
             raise BaselineError(f"{where}: must be an object, got {_kind(row)}")
-        unknown = sorted(set(row) - {"ratio", "tolerance", "spread"})
-        if unknown:
-            raise BaselineError(f"{where}: unknown key {unknown[0]!r}")
-        ratio = _number(row, "ratio", where)
-        if ratio <= 0:
-            raise BaselineError(f"{where}.ratio: must be above 0, got {ratio}")
-        tolerance = _number(row, "tolerance", where)
-        if not 0 < tolerance < MAX_TOLERANCE:
-            raise BaselineError(
-                f"{where}.tolerance: must be above 0 and below {MAX_TOLERANCE} "
-                f"(at {MAX_TOLERANCE} a 2x regression would pass), got {tolerance}"
-            )
-        gates[name] = Gate(name, ratio, tolerance)
+        if "by_cpu" not in row:
+            gates[name] = _gate(name, row, where)
+            continue
+        if set(row) != {"by_cpu"}:
+            raise BaselineError(f"{where}: a by_cpu row has no other keys")
+        classes = row["by_cpu"]
+        if not isinstance(classes, dict) or not classes:
+            raise BaselineError(f"{where}.by_cpu: must be an object of CPU classes")
+        for other, entry in classes.items():
+            at = f"{where}.by_cpu[{json.dumps(other)}]"
+            if not isinstance(entry, dict):
+                raise BaselineError(f"{at}: must be an object, got {_kind(entry)}")
+            gate = _gate(name, entry, at)
+            if other == cpu:
+                gates[name] = Gate(name, gate.ratio, gate.tolerance, cpu)
+        if name not in gates:
+            if not recording:
+                raise BaselineError(
+                    f"{where}.by_cpu: no baseline for this machine's CPU class {cpu!r} "
+                    f"(recorded: {', '.join(sorted(classes))}); measure it here with "
+                    "`python benches/check.py --record`"
+                )
+            # Recording this class's first baseline: a placeholder the record replaces.
+            gates[name] = Gate(name, 1.0, MIN_NEW_TOLERANCE, cpu)
     return gates
+
+
+def _gate(name: str, row: Mapping[str, Any], where: str) -> Gate:
+    unknown = sorted(set(row) - {"ratio", "tolerance", "spread"})
+    if unknown:
+        raise BaselineError(f"{where}: unknown key {unknown[0]!r}")
+    ratio = _number(row, "ratio", where)
+    if ratio <= 0:
+        raise BaselineError(f"{where}.ratio: must be above 0, got {ratio}")
+    tolerance = _number(row, "tolerance", where)
+    if not 0 < tolerance < MAX_TOLERANCE:
+        raise BaselineError(
+            f"{where}.tolerance: must be above 0 and below {MAX_TOLERANCE} "
+            f"(at {MAX_TOLERANCE} a 2x regression would pass), got {tolerance}"
+        )
+    return Gate(name, ratio, tolerance)
 
 
 def _number(row: Mapping[str, Any], key: str, where: str) -> float:
@@ -217,7 +278,7 @@ def judge(gates: Mapping[str, Gate], runs: Sequence[Mapping[str, float]]) -> lis
 def render(verdicts: Sequence[Verdict], runs: int) -> str:
     """The table: baseline, tolerance, floor, each run's ratio, the median and the verdict."""
     header = (
-        f"{'row':36} {'baseline':>8} {'tol':>5} {'floor':>7} "
+        f"{'row':46} {'baseline':>8} {'tol':>5} {'floor':>7} "
         f"{'runs':>{6 * runs}} {'median':>7}  verdict"
     )
     lines = [header, "-" * len(header)]
@@ -232,7 +293,8 @@ def render(verdicts: Sequence[Verdict], runs: int) -> str:
         else:
             outcome = f"FAIL ({verdict.median / gate.ratio:.0%} of baseline)"
         lines.append(
-            f"{gate.name:36} {gate.ratio:7.2f}x {gate.tolerance:5.2f} {gate.floor:6.2f}x "
+            f"{gate.name + (f' [{gate.cpu}]' if gate.cpu else ''):46} "
+            f"{gate.ratio:7.2f}x {gate.tolerance:5.2f} {gate.floor:6.2f}x "
             f"{each:>{6 * runs}} {median:>7}  {outcome}"
         )
     return "\n".join(lines)
@@ -267,7 +329,10 @@ def record(path: Path, gates: Mapping[str, Gate], runs: Sequence[Mapping[str, fl
         if verdict.median is None:
             raise RunError(f"{verdict.gate.name}: not measured, the baseline is left as it was")
     for verdict in verdicts:
-        row = document["rows"][verdict.gate.name]
+        gate = verdict.gate
+        row = document["rows"][gate.name]
+        if gate.cpu is not None:
+            row = row["by_cpu"].setdefault(gate.cpu, {"tolerance": gate.tolerance})
         row["ratio"] = round(verdict.median or 0.0, 3)
         row["spread"] = [min(verdict.measured), max(verdict.measured)]
     tmp = path.with_suffix(".tmp")
@@ -289,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--runs must be at least 1")
     try:
         # The baseline first: a bad one fails in a second, not after minutes of benchmarks.
-        gates = load_baseline(args.baseline)
+        gates = load_baseline(args.baseline, recording=args.record)
         started = time.monotonic()
         if args.folders:
             runs = [read_run(folder) for folder in args.folders]

@@ -5,6 +5,7 @@ passes. The benchmarks themselves run for minutes (`make bench-check`), not in `
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from benches.check import (
     SUBSET,
     BaselineError,
     Gate,
+    cpu_class,
     judge,
     load_baseline,
     main,
@@ -208,12 +210,21 @@ def test_record_rewrites_ratios_and_spreads_and_keeps_tolerances(tmp_path, capsy
 # --- the committed baseline ------------------------------------------------------------------
 
 
-def committed() -> dict[str, Gate]:
-    return load_baseline(BASELINE)
+ROWS = json.loads(BASELINE.read_text())["rows"]
+CLASSES = sorted({cpu for row in ROWS.values() for cpu in row.get("by_cpu", {})})
+# Each row once per CPU class it has a baseline for; a row of one baseline with any class.
+ROW_CLASSES = [
+    (name, cpu) for name, row in sorted(ROWS.items()) for cpu in (row.get("by_cpu") or CLASSES[:1])
+]
 
 
-def test_the_committed_baseline_is_valid_and_gates_the_subset() -> None:
-    gates = committed()
+def committed(cpu: str) -> dict[str, Gate]:
+    return parse_baseline(json.loads(BASELINE.read_text()), str(BASELINE), cpu=cpu)
+
+
+@pytest.mark.parametrize("cpu", CLASSES)
+def test_the_committed_baseline_is_valid_and_gates_the_subset(cpu: str) -> None:
+    gates = committed(cpu)
     assert len(gates) >= 10
     assert all(0 < g.tolerance < MAX_TOLERANCE for g in gates.values())
     files = {node.split("::")[0] for node in SUBSET}
@@ -224,10 +235,10 @@ def test_the_committed_baseline_is_valid_and_gates_the_subset() -> None:
         assert f"benches/{module}.py" in files, name
 
 
-@pytest.mark.parametrize("row", sorted(json.loads(BASELINE.read_text())["rows"]))
-def test_a_2x_slowdown_of_any_gated_row_fails(row: str) -> None:
+@pytest.mark.parametrize(("row", "cpu"), ROW_CLASSES)
+def test_a_2x_slowdown_of_any_gated_row_fails(row: str, cpu: str) -> None:
     """Ours at half its speed halves the ratio: that row, and only it, fails."""
-    gates = committed()
+    gates = committed(cpu)
     healthy = {name: gate.ratio for name, gate in gates.items()}
     slowed = {**healthy, row: healthy[row] / 2}
     verdicts = judge(gates, [slowed, slowed, slowed])
@@ -236,14 +247,89 @@ def test_a_2x_slowdown_of_any_gated_row_fails(row: str) -> None:
     assert "FAIL (50% of baseline)" in render(verdicts, 3)
 
 
-@pytest.mark.parametrize("row", sorted(json.loads(BASELINE.read_text())["rows"]))
-def test_the_measured_spread_passes(row: str) -> None:
+@pytest.mark.parametrize(("row", "cpu"), ROW_CLASSES)
+def test_the_measured_spread_passes(row: str, cpu: str) -> None:
     """The lowest and highest of the 10 measured gate results (each a median of 3 runs)
     recorded beside each row pass: the tolerance is wider than the noise seen."""
-    document = json.loads(BASELINE.read_text())["rows"][row]
+    document = ROWS[row].get("by_cpu", {}).get(cpu, ROWS[row])
     low, high = document["spread"]
-    gates = committed()
+    gates = committed(cpu)
     for value in (low, high):
         assert all(
             v.passed for v in judge(gates, [{**{n: g.ratio for n, g in gates.items()}, row: value}])
         )
+
+
+# --- rows whose baseline depends on the CPU ---------------------------------------------------
+
+PER_CPU = {
+    "rows": {
+        "a.row": {"ratio": 2.0, "tolerance": 0.25},
+        "crc.row": {"by_cpu": {"x86_64-avx512-vpclmulqdq": {"ratio": 2.0, "tolerance": 0.1}}},
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ("fpu sse4_2 pclmulqdq avx2 avx512f avx512vl vpclmulqdq", "x86_64-avx512-vpclmulqdq"),
+        ("fpu sse4_2 pclmulqdq avx2 vpclmulqdq", "x86_64-avx2-vpclmulqdq"),
+        ("fpu sse4_2 pclmulqdq avx2", "x86_64-pclmulqdq"),
+        ("fpu sse4_2", "x86_64"),
+    ],
+)
+def test_the_cpu_class_is_read_from_the_flags(tmp_path, monkeypatch, flags, expected) -> None:
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    cpuinfo = write(tmp_path / "cpuinfo", f"processor\t: 0\nflags\t\t: {flags}\n")
+    assert cpu_class(cpuinfo) == expected
+    assert cpu_class(tmp_path / "absent") == "x86_64"
+
+
+def test_a_per_cpu_row_takes_this_classes_baseline() -> None:
+    gates = parse_baseline(PER_CPU, cpu="x86_64-avx512-vpclmulqdq")
+    assert gates["crc.row"] == Gate("crc.row", 2.0, 0.1, "x86_64-avx512-vpclmulqdq")
+    assert gates["a.row"].cpu is None
+    assert "crc.row [x86_64-avx512-vpclmulqdq]" in render(judge(gates, [{"a.row": 2}]), 1)
+
+
+def test_a_class_without_a_baseline_fails_naming_it_and_the_recorded_ones() -> None:
+    with pytest.raises(BaselineError) as caught:
+        parse_baseline(PER_CPU, cpu="x86_64-avx2-vpclmulqdq")
+    message = str(caught.value)
+    assert '$.rows["crc.row"].by_cpu' in message
+    assert "'x86_64-avx2-vpclmulqdq'" in message
+    assert "recorded: x86_64-avx512-vpclmulqdq" in message
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"by_cpu": {}}, "by_cpu: must be an object of CPU classes"),
+        ({"by_cpu": {"c": {"ratio": 1.0, "tolerance": 0.1}}, "ratio": 1.0}, "no other keys"),
+        ({"by_cpu": {"c": {"ratio": 1.0}}}, "by_cpu[\"c\"]: missing required key 'tolerance'"),
+        ({"by_cpu": {"c": 3}}, 'by_cpu["c"]: must be an object, got int'),
+    ],
+)
+def test_a_malformed_per_cpu_row_names_the_json_path(row: Any, message: str) -> None:
+    with pytest.raises(BaselineError, match=re.escape(message)):
+        parse_baseline({"rows": {"crc.row": row}}, cpu="c")
+
+
+def test_record_adds_a_new_cpu_class_and_keeps_the_others(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr("benches.check.cpu_class", lambda: "x86_64-avx2-vpclmulqdq")
+    baseline = write(tmp_path / "baseline.json", PER_CPU)
+    runs = [
+        results_file(tmp_path / f"run-{i}", {"a.row": 2.0, "crc.row": c})
+        for i, c in enumerate((1.2, 1.3, 1.25))
+    ]
+    assert main(["--baseline", str(baseline), "--from", str(runs[0])]) == 2
+    assert main(["--baseline", str(baseline), "--record", "--from", *map(str, runs)]) == 0
+    classes = json.loads(baseline.read_text())["rows"]["crc.row"]["by_cpu"]
+    assert classes["x86_64-avx512-vpclmulqdq"] == {"ratio": 2.0, "tolerance": 0.1}
+    assert classes["x86_64-avx2-vpclmulqdq"] == {
+        "tolerance": 0.1,
+        "ratio": 1.25,
+        "spread": [1.2, 1.3],
+    }
+    assert main(["--baseline", str(baseline), "--from", *map(str, runs)]) == 0

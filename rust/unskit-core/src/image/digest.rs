@@ -2,6 +2,8 @@
 
 use sha2::Digest;
 
+use super::crc32c_fold;
+
 /// Streaming SHA-256 (SHA-NI when the CPU has it, chosen at run time by `sha2`).
 #[derive(Clone, Default)]
 pub struct Sha256(sha2::Sha256);
@@ -23,8 +25,9 @@ impl Sha256 {
     }
 }
 
-/// Streaming CRC32C (Castagnoli), folded with carry-less multiplies (PCLMULQDQ, or
-/// VPCLMULQDQ with AVX-512) and the CRC32 instructions, chosen at run time by `crc-fast`.
+/// Streaming CRC32C (Castagnoli): folded 256 bits at a time with AVX2 VPCLMULQDQ where the
+/// CPU has it without AVX-512 (`crc32c_fold`), else by `crc-fast`, which picks VPCLMULQDQ
+/// with AVX-512, PCLMULQDQ or the ARM equivalents at run time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Crc32c(u32);
 
@@ -34,13 +37,19 @@ impl Crc32c {
     }
 
     pub fn update(&mut self, data: &[u8]) {
-        // The digest's raw state is the value before the final inversion.
-        let mut digest = crc_fast::Digest::new_with_init_state(
-            crc_fast::CrcAlgorithm::Crc32Iscsi,
-            u64::from(!self.0),
-        );
-        digest.update(data);
-        self.0 = digest.finalize() as u32;
+        // The raw state is the value before the final inversion.
+        let raw = !self.0;
+        self.0 = if fold_is_fastest() {
+            // SAFETY: fold_is_fastest checked the CPU features the fold needs.
+            !unsafe { crc32c_fold::update(raw, data) }
+        } else {
+            let mut digest = crc_fast::Digest::new_with_init_state(
+                crc_fast::CrcAlgorithm::Crc32Iscsi,
+                u64::from(raw),
+            );
+            digest.update(data);
+            digest.finalize() as u32
+        };
     }
 
     pub fn value(&self) -> u32 {
@@ -50,6 +59,18 @@ impl Crc32c {
     /// The big-endian 4 bytes cloud stores carry (S3 x-amz-checksum-crc32c, GCS crc32c).
     pub fn to_be_bytes(&self) -> [u8; 4] {
         self.0.to_be_bytes()
+    }
+}
+
+/// The fold where the CPU runs it and `crc-fast` has no AVX-512 kernel to beat it.
+fn fold_is_fastest() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crc32c_fold::available() && !std::arch::is_x86_feature_detected!("avx512vl")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
     }
 }
 
@@ -108,5 +129,21 @@ mod tests {
         split.update(b"56789");
         assert_eq!(split, crc);
         assert_eq!(Crc32c::new().value(), 0);
+    }
+
+    #[test]
+    fn crc32c_streams_in_any_split_at_every_length() {
+        let data: Vec<u8> = (0..5_000u32).map(|i| (i * 31 + 7) as u8).collect();
+        let mut oneshot = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+        oneshot.update(&data);
+        let mut whole = Crc32c::new();
+        whole.update(&data);
+        assert_eq!(u64::from(whole.value()), oneshot.finalize());
+        for cut in [0, 1, 255, 256, 257, 1_000, 4_095, 4_999, 5_000] {
+            let mut split = Crc32c::new();
+            split.update(&data[..cut]);
+            split.update(&data[cut..]);
+            assert_eq!(split, whole, "cut at {cut}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Image kernels: streaming digests of the stored file, and thumbnails (area-average
 //! resize + JPEG encode) of a raw frame or of JPEG bytes.
 
+mod crc32c_fold;
 mod digest;
 mod resize;
 mod thumbnail;
