@@ -21,15 +21,14 @@ from unskit.edge.pubsub import (
 )
 from unskit.errors import UnsupportedQosError
 from unskit.messaging.ipc_connection import _IpcState
-from unskit.messaging.mqtt_subscriptions import _RESUBSCRIBE_BACKOFF
-from unskit.messaging.requests import DeadlineTimer
+from unskit.messaging.subscription_ledger import SubscriptionLedger
 from unskit.messaging.transport import QoS
 from unskit.topics import REPLY_TOPIC_PREFIX
 
 _log = logging.getLogger("unskit.messaging.ipc")
 
 
-class _IpcSubscriptions(_IpcState):
+class _IpcSubscriptions(_IpcState, SubscriptionLedger):
     """The subscription layer of `IpcTransport`: streams, answers, refused filters retried."""
 
     def subscribe(self, topic_filters: Sequence[str], qos: QoS) -> None:
@@ -75,36 +74,6 @@ class _IpcSubscriptions(_IpcState):
             except Exception as exc:  # a stream of a connection going down
                 _log.debug("messaging %s: closing a subscription: %s", self._name, exc)
 
-    def acknowledged(self, topic_filters: Sequence[str]) -> bool:
-        """Whether the nucleus accepted every one of the filters on the current connection."""
-        with self._lock:
-            return self._connected and self._acknowledged.issuperset(topic_filters)
-
-    def wait_acknowledged(self, topic_filters: Sequence[str], timeout: float) -> bool:
-        """Blocks until `acknowledged(topic_filters)` or `timeout` seconds pass."""
-        with self._changed:
-            return self._changed.wait_for(
-                lambda: self._connected and self._acknowledged.issuperset(topic_filters),
-                timeout,
-            )
-
-    @property
-    def subscribes_sent(self) -> int:
-        """SubscribeToTopic calls since start (restores and retries included)."""
-        return self._subscribes_sent
-
-    @property
-    def subscribe_refusals(self) -> int:
-        """Subscriptions the nucleus refused since start, every retry counted (the same
-        counter as MQTT's SUBACK refusals: messaging/refusedSubscriptions)."""
-        return self._subscribe_refusals
-
-    @property
-    def refused_filters(self) -> list[str]:
-        """Filters the nucleus refused that wait for a retry (readiness waits with them)."""
-        with self._lock:
-            return list(self._retrying)
-
     @property
     def refused_subscriptions(self) -> dict[str, str]:
         """Each filter waiting for a retry, with the nucleus's reason (for sb/status: an
@@ -113,12 +82,6 @@ class _IpcSubscriptions(_IpcState):
             return {
                 f: self._refusal_reasons.get(f, "ended by the edge runtime") for f in self._retrying
             }
-
-    @property
-    def filters(self) -> dict[str, QoS]:
-        """The filters this link keeps subscribed (a copy)."""
-        with self._lock:
-            return dict(self._filters)
 
     # -- streams ----------------------------------------------------------------------
 
@@ -254,30 +217,6 @@ class _IpcSubscriptions(_IpcState):
             topic_filter,
             error or "closed",
         )
-
-    def _schedule_retry(self) -> float | None:
-        """Arms the one retry of the refused filters, unless armed; returns its delay.
-        Called with the lock held."""
-        if self._retry is not None or self._closed or not self._connected:
-            return None
-        # The freshest refusal sets the pace, so a newly refused filter is retried soon.
-        streak = max(1, min(self._retrying.values(), default=1))
-        delay = _RESUBSCRIBE_BACKOFF.delay(streak)
-        timer = self._timer
-        if timer is None:
-            if self._own_timer is None:
-                self._own_timer = DeadlineTimer(f"unskit-{self._name}-resubscribe", self._clock)
-            timer = self._own_timer
-        self._retry = timer.call_later(delay, self._resubscribe_refused)
-        return delay
-
-    def _cancel_retry(self) -> None:
-        # Called with the lock held.
-        handle, self._retry = self._retry, None
-        if handle is not None:
-            timer = self._timer or self._own_timer
-            if timer is not None:
-                timer.cancel(handle)
 
     def _resubscribe_refused(self) -> None:
         """The retry (timer thread): a stream for each refused filter not open."""

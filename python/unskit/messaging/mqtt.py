@@ -20,10 +20,10 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
 from unskit.messaging.mqtt_publish import MAX_INFLIGHT_MESSAGES as MAX_INFLIGHT_MESSAGES
 from unskit.messaging.mqtt_publish import MAX_QUEUED_MESSAGES, _Publishing
-from unskit.messaging.mqtt_subscriptions import BACKOFF_BASE_SECS as BACKOFF_BASE_SECS
-from unskit.messaging.mqtt_subscriptions import BACKOFF_MAX_SECS as BACKOFF_MAX_SECS
 from unskit.messaging.mqtt_subscriptions import _Subscriptions
 from unskit.messaging.paho_adapter import BufferedClient, unacknowledged
+from unskit.messaging.subscription_ledger import BACKOFF_BASE_SECS as BACKOFF_BASE_SECS
+from unskit.messaging.subscription_ledger import BACKOFF_MAX_SECS as BACKOFF_MAX_SECS
 from unskit.messaging.transport import LinkCallback, MessageCallback
 
 __all__ = ["MAX_QUEUED_MESSAGES", "MqttTransport"]

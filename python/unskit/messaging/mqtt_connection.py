@@ -57,7 +57,7 @@ class _Connection:
         self._clock = clock
         self._lock = threading.Lock()
         # Notified (under the lock) whenever a SUBACK is recorded.
-        self._subacks = threading.Condition(self._lock)
+        self._changed = threading.Condition(self._lock)
         self._filters: dict[str, QoS] = {}
         # Filters the broker acknowledged (SUBACK) on the current connection, and the
         # filters of each SUBSCRIBE still awaiting its SUBACK, by packet id.
