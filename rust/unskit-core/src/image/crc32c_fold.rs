@@ -34,13 +34,15 @@ const fn x_pow_mod(e: u32) -> u32 {
     r as u32
 }
 
-/// The 64-bit lane constant multiplying by x^e mod P in the reflected domain: one factor
-/// of x is lost in the 127-bit product of two reflected 64-bit values, hence e - 1 below.
+/// x^e mod P as a reflected 64-bit lane (its 32 bits at the top, where a reflected value
+/// of degree below 32 sits).
 const fn lane(e: u32) -> i64 {
     ((x_pow_mod(e).reverse_bits() as u64) << 32) as i64
 }
 
-/// (low lane, high lane) constants that fold a 128-bit block over `bits` bits.
+/// (low lane, high lane) constants that fold a 128-bit block over `bits` bits: the low lane
+/// holds the block's first 8 bytes (x^64 higher), and the 127-bit product of two reflected
+/// 64-bit values carries one factor of x more, hence the - 1 in both.
 const fn fold_by(bits: u32) -> (i64, i64) {
     (lane(bits + 63), lane(bits - 1))
 }
