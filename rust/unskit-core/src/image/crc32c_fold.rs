@@ -112,10 +112,7 @@ unsafe fn update_superblock(state: u32, superblock: &[u8]) -> u32 {
     let (mut c1, mut c2, mut c3) = (0u64, 0u64, 0u64);
     for step in 0..STEPS {
         if step + 1 < STEPS {
-            let next = load4(&folded[128 * (step + 1)..]);
-            for (a, n) in acc.iter_mut().zip(next) {
-                *a = _mm256_xor_si256(fold256(*a, k1024), n);
-            }
+            fold_in(&mut acc, &folded[128 * (step + 1)..], k1024);
         }
         for word in 0..STREAM_WORDS {
             c1 = _mm_crc32_u64(c1, words(first, step, word));
@@ -138,10 +135,7 @@ unsafe fn update_folded(state: u32, data: &[u8]) -> u32 {
     let mut chunks = data.chunks_exact(128);
     let mut acc = start(state, chunks.next().expect("at least 256 bytes"));
     for chunk in &mut chunks {
-        let next = load4(chunk);
-        for (a, n) in acc.iter_mut().zip(next) {
-            *a = _mm256_xor_si256(fold256(*a, k1024), n);
-        }
+        fold_in(&mut acc, chunk, k1024);
     }
     reduce(acc, chunks.remainder())
 }
@@ -201,6 +195,15 @@ unsafe fn load4(chunk: &[u8]) -> [__m256i; 4] {
         _mm256_loadu_si256(p.add(2)),
         _mm256_loadu_si256(p.add(3)),
     ]
+}
+
+/// Folds the four accumulators over 1024 bits onto the next 128 bytes of `chunk`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,vpclmulqdq")]
+unsafe fn fold_in(acc: &mut [__m256i; 4], chunk: &[u8], k1024: __m256i) {
+    for (a, n) in acc.iter_mut().zip(load4(chunk)) {
+        *a = _mm256_xor_si256(fold256(*a, k1024), n);
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
