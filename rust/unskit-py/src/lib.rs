@@ -5,8 +5,6 @@ use pyo3::types::PyDict;
 
 mod buffers;
 mod cip;
-mod cip_connection;
-mod cip_io;
 mod envelope;
 mod errors;
 mod gil;

@@ -1,202 +1,20 @@
-//! Bindings of `unskit_core::cip`: the elementary type table, class-1 datagram parse and
-//! build, input and output assembly plans.
+//! Bindings of `unskit_core::cip::plan`: input and output assembly plans, and decoded
+//! field values as Python.
 
 use std::borrow::Cow;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyMapping, PySequence};
-use unskit_core::cip::frame::{self, Parse, RealTimeFormat, Reason};
+use unskit_core::cip::frame::RealTimeFormat;
 use unskit_core::cip::plan::{self, ColumnBatch, Field, FieldSpec, OutValue, Scalar, Sink, Value};
-use unskit_core::cip::types::{self, CipType};
+use unskit_core::cip::types::CipType;
 use unskit_core::signal::Deadband;
 
+use super::frame::{bytes_of, format_of};
 use crate::buffers::Buffer;
 use crate::errors::{cip_error, to_py};
 use crate::gil::detached;
 use crate::signal::f64_bytes;
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    crate::cip_connection::register(m)?;
-    m.add_class::<ElementaryType>()?;
-    let table = CipType::ALL
-        .into_iter()
-        .map(|ty| Py::new(m.py(), ElementaryType::from_core(ty)))
-        .collect::<PyResult<Vec<_>>>()?;
-    m.add("ELEMENTARY_TYPES", table)?;
-    m.add("DWORD_CODE", types::DWORD_CODE)?;
-    m.add("BOOLS_PER_DWORD", types::BOOLS_PER_DWORD)?;
-    m.add_function(wrap_pyfunction!(field_bytes, m)?)?;
-    m.add_class::<Datagram>()?;
-    m.add_class::<ParseResult>()?;
-    m.add_class::<Decoded>()?;
-    m.add_class::<InputPlan>()?;
-    m.add_class::<OutputPlan>()?;
-    m.add_function(wrap_pyfunction!(parse, m)?)?;
-    m.add_function(wrap_pyfunction!(build_datagram, m)?)?;
-    let reasons: Vec<&str> = Reason::ALL.iter().map(|r| r.name()).collect();
-    m.add("REASONS", reasons)?;
-    crate::cip_io::register(m)
-}
-
-/// One row of the core's CIP elementary type table.
-#[pyclass(module = "unskit._core.cip", frozen, get_all)]
-pub struct ElementaryType {
-    name: &'static str,
-    code: u8,
-    size: usize,
-    signed: bool,
-    is_float: bool,
-    /// The inclusive (low, high) of an integer type; None for BOOL, REAL and LREAL.
-    range: Option<(i128, i128)>,
-}
-
-impl ElementaryType {
-    fn from_core(ty: CipType) -> Self {
-        ElementaryType {
-            name: ty.name(),
-            code: ty.code(),
-            size: ty.size(),
-            signed: ty.is_signed(),
-            is_float: ty.is_float(),
-            range: ty.range(),
-        }
-    }
-}
-
-/// Bytes an assembly field covers from its offset (BOOL arrays packed, a bit field 1).
-#[pyfunction]
-#[pyo3(signature = (type_name, array_count=None, bit=false))]
-fn field_bytes(type_name: &str, array_count: Option<usize>, bit: bool) -> PyResult<usize> {
-    let ty = CipType::from_name(type_name).map_err(to_py)?;
-    Ok(ty.field_bytes(bit, array_count))
-}
-
-pub(crate) fn format_of(name: &str) -> PyResult<RealTimeFormat> {
-    RealTimeFormat::from_name(name).map_err(to_py)
-}
-
-/// Immutable `bytes` are borrowed; anything else with the buffer protocol is copied
-/// because it may change while the core reads it.
-fn bytes_of<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, [u8]>> {
-    if let Ok(bytes) = obj.cast::<PyBytes>() {
-        return Ok(Cow::Borrowed(bytes.as_bytes()));
-    }
-    let buffer = pyo3::buffer::PyBuffer::<u8>::get(obj)
-        .map_err(|_| cip_error("a datagram must be bytes, bytearray or a byte buffer"))?;
-    Ok(Cow::Owned(buffer.to_vec(obj.py())?))
-}
-
-#[pyclass(module = "unskit._core.cip", frozen, get_all)]
-pub struct Datagram {
-    connection_id: u32,
-    sequence_number: u32,
-    cip_sequence: u16,
-    run_idle: Option<u32>,
-    run: bool,
-    data: Py<PyBytes>,
-}
-
-impl Datagram {
-    fn from_core(py: Python<'_>, d: &frame::Datagram<'_>) -> Self {
-        Datagram {
-            connection_id: d.connection_id,
-            sequence_number: d.sequence_number,
-            cip_sequence: d.cip_sequence,
-            run_idle: d.run_idle,
-            run: d.run(),
-            data: PyBytes::new(py, d.data).unbind(),
-        }
-    }
-}
-
-/// value+consumed (status "complete"), "incomplete" (needed bytes) or "malformed" (reason).
-#[pyclass(module = "unskit._core.cip", frozen, get_all)]
-pub struct ParseResult {
-    status: &'static str,
-    datagram: Option<Py<Datagram>>,
-    consumed: usize,
-    needed: usize,
-    reason: Option<&'static str>,
-}
-
-/// Parses a class-1 datagram. Without `size`, the Common Packet Format at the start of
-/// `data`; with it, a whole UDP datagram of that assembly size (short, long or another
-/// size is "malformed" with its reason).
-#[pyfunction]
-#[pyo3(signature = (data, real_time_format, size=None))]
-fn parse(
-    py: Python<'_>,
-    data: &Bound<'_, PyAny>,
-    real_time_format: &str,
-    size: Option<usize>,
-) -> PyResult<ParseResult> {
-    let format = format_of(real_time_format)?;
-    let bytes = bytes_of(data)?;
-    let malformed = |reason: Reason| ParseResult {
-        status: "malformed",
-        datagram: None,
-        consumed: 0,
-        needed: 0,
-        reason: Some(reason.name()),
-    };
-    let complete = |d: &frame::Datagram<'_>, consumed: usize| -> PyResult<ParseResult> {
-        Ok(ParseResult {
-            status: "complete",
-            datagram: Some(Py::new(py, Datagram::from_core(py, d))?),
-            consumed,
-            needed: 0,
-            reason: None,
-        })
-    };
-    match size {
-        Some(size) => match frame::parse_datagram(&bytes, format, size) {
-            Ok(d) => complete(&d, bytes.len()),
-            Err(reason) => Ok(malformed(reason)),
-        },
-        None => match frame::parse(&bytes, format) {
-            Parse::Complete { value, consumed } => complete(&value, consumed),
-            Parse::Incomplete { needed } => Ok(ParseResult {
-                status: "incomplete",
-                datagram: None,
-                consumed: 0,
-                needed,
-                reason: None,
-            }),
-            Parse::Malformed(reason) => Ok(malformed(reason)),
-        },
-    }
-}
-
-/// One O-to-T datagram.
-#[pyfunction]
-#[pyo3(signature = (connection_id, sequence_number, cip_sequence, real_time_format, run=true, data=None))]
-fn build_datagram<'py>(
-    py: Python<'py>,
-    connection_id: u32,
-    sequence_number: u32,
-    cip_sequence: u16,
-    real_time_format: &str,
-    run: bool,
-    data: Option<&Bound<'py, PyAny>>,
-) -> PyResult<Bound<'py, PyBytes>> {
-    let format = format_of(real_time_format)?;
-    let payload = match data {
-        Some(obj) => bytes_of(obj)?,
-        None => Cow::Borrowed(&[][..]),
-    };
-    let mut out = Vec::new();
-    frame::build(
-        &mut out,
-        connection_id,
-        sequence_number,
-        cip_sequence,
-        format,
-        run,
-        &payload,
-    )
-    .map_err(to_py)?;
-    Ok(PyBytes::new(py, &out))
-}
 
 /// (name, offset, type, bit, arrayCount, scale, valueOffset, deadband type, deadband value,
 /// publish always)
@@ -247,7 +65,7 @@ fn py_value<'py>(
 }
 
 /// A decoded field value (see [`Field::value`]) as Python.
-pub(crate) fn py_of_value<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+pub(super) fn py_of_value<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
     let scalar = |s: &Scalar| -> PyResult<Bound<'py, PyAny>> {
         Ok(match *s {
             Scalar::Bool(b) => PyBool::new(py, b).to_owned().into_any(),
@@ -305,7 +123,7 @@ pub struct Decoded {
 
 #[pyclass(module = "unskit._core.cip")]
 pub struct InputPlan {
-    pub(crate) inner: plan::InputPlan,
+    pub(super) inner: plan::InputPlan,
 }
 
 /// Columns of a batch: status, values, published.

@@ -8,7 +8,8 @@ use pyo3::types::{PyDict, PyInt, PyList, PyString, PyTuple};
 use unskit_core::cip::io::{self, ConnectionSetup, EngineOptions};
 use unskit_core::cip::plan::{Scalar, Value};
 
-use crate::cip::{format_of, py_of_value, InputPlan};
+use super::frame::format_of;
+use super::plan::{py_of_value, InputPlan};
 use crate::errors::{cip_error, to_py};
 use crate::gil::detached;
 
