@@ -328,7 +328,7 @@ def test_a_certificate_far_from_expiry_is_left_alone(
     renew_at = cert.not_valid_after_utc - datetime.timedelta(days=20)
     assert status["nextRenewal"] == renew_at.isoformat(timespec="seconds").replace("+00:00", "Z")
     assert status["outcome"] is None
-    assert status["certificate"]["subject"] == "plc-originator-7"
+    assert status["certificate"]["subject"] == "CN=plc-originator-7"
 
 
 def test_a_certificate_removed_outside_is_enrolled_again_on_wake(
@@ -576,7 +576,7 @@ def test_a_certs_only_bag_made_by_openssl_parses(tmp_path: Path, pki: Pki, ca_fi
     too, with no warning (warnings are errors here)."""
     import email.message
 
-    from unskit.cip.est import parse_certs_only
+    from unskit.pki.est import parse_certs_only
 
     bag = tmp_path / "bag.p7"
     openssl = require_binary("openssl")
@@ -610,7 +610,7 @@ def test_random_reply_bodies_are_est_errors_never_crashes() -> None:
     import email.message
     import random
 
-    from unskit.cip.est import parse_certs_only
+    from unskit.pki.est import parse_certs_only
 
     headers = email.message.Message()
     headers["Content-Type"] = "application/pkcs7-mime"
@@ -624,7 +624,7 @@ def test_random_reply_bodies_are_est_errors_never_crashes() -> None:
 
 
 def test_client_url_rules() -> None:
-    from unskit.cip.est import EstClient
+    from unskit.pki.est import EstClient
 
     with pytest.raises(EstError, match="must not carry credentials"):
         EstClient("https://u:p@est.example", trust_pem=None)

@@ -18,7 +18,6 @@ from unskit.cip.posture import decode_suites, read_posture
 from unskit.cip.security import (
     CERT_EXPIRED,
     CERT_EXPIRING,
-    CertSummary,
     ExpiryWatch,
     SecurityPolicy,
     load_credentials,
@@ -28,6 +27,7 @@ from unskit.config.loader import resolve_config
 from unskit.config.platform import Platform
 from unskit.config.vault import Vault, VaultKey, VaultSecrets
 from unskit.errors import CredentialError
+from unskit.pki.certificates import CertificateSummary
 
 pytestmark = pytest.mark.unit
 
@@ -254,7 +254,7 @@ def test_expiry_events_fire_once_per_certificate_per_day() -> None:
     now = [datetime.datetime(2026, 11, 27, 8, tzinfo=datetime.timezone.utc)]
     sent: list[tuple[str, str, Any]] = []
     watch = ExpiryWatch(lambda *event: sent.append(event), 30, clock=lambda: now[0])
-    cert = CertSummary(
+    cert = CertificateSummary(
         "CN=c",
         "CN=i",
         "1",
@@ -262,7 +262,7 @@ def test_expiry_events_fire_once_per_certificate_per_day() -> None:
         now[0] + datetime.timedelta(days=10),
         "aa",
     )
-    far = CertSummary(
+    far = CertificateSummary(
         "CN=f", "CN=i", "2", cert.not_before, now[0] + datetime.timedelta(days=90), "bb"
     )
     assert watch.check(far) is None

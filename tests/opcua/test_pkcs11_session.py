@@ -24,7 +24,8 @@ from tests.support.softhsm import SoftHsmToken, make_softhsm_token
 from unskit.errors import DeviceError
 from unskit.opcua.config import ClientCertificate, OpcUaConnection
 from unskit.opcua.pkcs11 import Pkcs11PrivateKey
-from unskit.opcua.security import ClientIdentity, TrustStore, load_client_identity
+from unskit.opcua.security import TrustStore, load_client_identity
+from unskit.pki.identity import ClientIdentity
 
 pytestmark = pytest.mark.integration
 

@@ -27,15 +27,15 @@ from unskit.opcua.config import (
     UserToken,
 )
 from unskit.opcua.security import (
-    ClientIdentity,
     TrustStore,
     UserCredentials,
-    certificate_summary,
     load_client_identity,
     load_server_pin,
     resolve_user,
     sha1_thumbprint,
 )
+from unskit.pki.certificates import CertificateSummary
+from unskit.pki.identity import ClientIdentity
 
 CLIENT_URI = "urn:unskit:test:opcua:client"
 PASSWORD = "pa55-w0rd-never-shown"
@@ -614,17 +614,17 @@ def test_an_unresolvable_password_names_its_key_without_a_value(
 
 
 def test_certificate_summary(leaf: Issued, intermediate: Issued) -> None:
-    summary = certificate_summary(leaf.cert)
+    summary = CertificateSummary.of(leaf.cert).to_json()
     assert summary == {
         "subject": "CN=opcua server",
         "issuer": "CN=unskit test intermediate",
-        "serialNumber": format(leaf.cert.serial_number, "x"),
+        "serial": format(leaf.cert.serial_number, "x"),
         "notBefore": leaf.cert.not_valid_before_utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "notAfter": leaf.cert.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "sha256": leaf.cert.fingerprint(hashes.SHA256()).hex(),
         "sanUris": ["urn:test:server"],
     }
-    assert certificate_summary(intermediate.cert)["sanUris"] == []
+    assert CertificateSummary.of(intermediate.cert).to_json()["sanUris"] == []
 
 
 def test_trust_settings_pki_dir_is_what_the_store_uses(tmp_path: Path) -> None:

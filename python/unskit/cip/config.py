@@ -281,7 +281,7 @@ def _suite_rules(suites: list[str], path: str) -> Iterator[ConfigIssue]:
     if not suites:
         yield ConfigIssue(path, "an empty allow-list allows no cipher suite")
         return
-    from unskit.cip.security import cipher_suite_names  # the Rust core's suite table
+    from unskit.pki.tls import cipher_suite_names  # the Rust core's suite table
 
     known = cipher_suite_names()
     for index, name in enumerate(suites):

@@ -46,14 +46,14 @@ from unskit.cip.enrollment_settings import (
     EnrolledIdentity,
     EstSettings,
     EventSink,
-    VaultProvider,
     _Current,
     _log,
     est_enabled,
 )
-from unskit.cip.est import SIMPLEENROLL, SIMPLEREENROLL, EstClient, Issued, Pending
 from unskit.config.secrets import Secret
-from unskit.errors import EstError, SecretError
+from unskit.errors import CredentialError, EstError, SecretError
+from unskit.pki.est import SIMPLEENROLL, SIMPLEREENROLL, EstClient, Issued, Pending
+from unskit.pki.sources import VaultProvider
 
 __all__ = [
     "CERT_ENROLLED",
@@ -187,7 +187,7 @@ class EnrollmentManager(_Credentials):
             return
         try:
             current = self._current()
-        except (EstError, SecretError, OSError) as exc:
+        except (EstError, SecretError, CredentialError, OSError) as exc:
             if now < self._backoff_until:
                 self._schedule(self._backoff_until)
                 return
@@ -223,7 +223,7 @@ class EnrollmentManager(_Credentials):
                 return self._wait_pending(now, operation, (subject_cn, key, csr), reply)
             identity = self._accept(reply, key, ca_pem, current)
             self._store(identity)
-        except (EstError, SecretError, OSError) as exc:
+        except (EstError, SecretError, CredentialError, OSError) as exc:
             self._pending_op = None
             later = exc.retry_after_s if isinstance(exc, EstError) else None
             return self._failed(now, operation, _describe(exc), current, later)
@@ -261,7 +261,7 @@ class EnrollmentManager(_Credentials):
         settings = self.settings
         identity = current.identity if current is not None else None
         if identity is None and settings.bootstrap is not None:
-            identity = self._identity(settings.bootstrap, "est.auth.bootstrap")
+            identity = self._bootstrap_identity(settings.bootstrap)
         basic = None
         if settings.basic is not None:
             basic = self._basic(settings.basic)

@@ -12,10 +12,9 @@ from typing import Any, Protocol
 
 from cryptography import x509
 
-from unskit.cip.est import ClientIdentity
 from unskit.config.secrets import Secret, SecretRef
-from unskit.config.vault import Vault
 from unskit.errors import EstError
+from unskit.pki.identity import ClientIdentity
 
 _log = logging.getLogger("unskit.cip.enrollment")  # one logger, named as before the split
 
@@ -55,14 +54,6 @@ class CounterSink(Protocol):
 
     def counter(self, family: str, name: str, dimensions: Mapping[str, str] | None = ...) -> Any:
         """The counter of one family, name and dimension set."""
-        ...
-
-
-class VaultProvider(Protocol):
-    """Opens the vault (`unskit.config.vault.VaultSecrets` fits)."""
-
-    def vault(self) -> Vault:
-        """The vault, opened with its key."""
         ...
 
 

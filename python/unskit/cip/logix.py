@@ -16,7 +16,7 @@ pycomm3 exception. What it adds to LogixDriver, and the internals each part lean
   `sock`. CIPDriver.open() uses a `_sock` set before it is called, which is where the CIP
   Security transport will hand in its TLS socket.
 - CIP Security (`TlsTransport`): a pycomm3 `Socket` whose `sock` is the Rust core's rustls
-  connection (`unskit._core.tls.TlsSocket`, socket-like: send, recv, settimeout, close),
+  connection (`unskit.pki.tls.TlsSocket`, socket-like: send, recv, settimeout, close),
   set as `_sock` before `open()`, so pycomm3's framing runs unchanged inside TLS.
 - The target's security posture (`security_attribute`): Get Attribute Single on the CIP
   Security (0x5D) and EtherNet/IP Security (0x5E) objects through `generic_message`.
@@ -61,9 +61,9 @@ from pycomm3.packets.util import parse_read_reply, tag_request_path, wrap_unconn
 from pycomm3.socket_ import Socket
 from pycomm3.tag import Tag
 
-from unskit._core import tls as _tls
 from unskit.elementary_types import TYPES
 from unskit.errors import CredentialError, DeviceError, TlsError
+from unskit.pki.tls import ClientConfig, TlsSocket
 
 __all__ = [
     "REFUSED",
@@ -164,18 +164,16 @@ class _UnconnectedTagRequest(GenericUnconnectedRequestPacket):
 class TlsTransport(Socket):
     """pycomm3's socket layer over a rustls connection (mutual TLS, CIP Security)."""
 
-    def __init__(self, config: _tls.ClientConfig, server_name: str, timeout: float) -> None:
+    def __init__(self, config: ClientConfig, server_name: str, timeout: float) -> None:
         # Not Socket.__init__: it would open a plain TCP socket nobody uses.
         self._config = config
         self._server_name = server_name
         self._timeout = timeout
-        self.tls: _tls.TlsSocket | None = None
+        self.tls: TlsSocket | None = None
 
     def connect(self, host: str, port: int) -> None:
         try:
-            self.tls = _tls.TlsSocket.connect(
-                self._config, host, port, self._server_name, self._timeout
-            )
+            self.tls = TlsSocket.connect(self._config, host, port, self._server_name, self._timeout)
         except (TlsError, CredentialError, OSError) as error:
             raise CommError(f"TLS to {host}:{port}") from error
         # pycomm3's Socket does all its I/O through `sock`: the TLS socket stands in for it.

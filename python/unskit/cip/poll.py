@@ -42,11 +42,9 @@ from unskit.cip.posture import read_posture
 from unskit.cip.security import (
     CREDENTIAL_REJECTED,
     PEER_UNVERIFIED,
-    CertSummary,
     Credentials,
     ExpiryWatch,
     SecurityPolicy,
-    cipher_suite_names,
     load_credentials,
     load_trust_anchors,
     parse_credentials,
@@ -54,6 +52,8 @@ from unskit.cip.security import (
 from unskit.config.vault import VaultSecrets
 from unskit.elementary_types import BOOLS_PER_DWORD, DWORD_CODE, TYPES
 from unskit.errors import CredentialError
+from unskit.pki.certificates import CertificateSummary
+from unskit.pki.tls import cipher_suite_names
 from unskit.southbound.driver import (
     DeviceError,
     InstanceSpec,
@@ -220,7 +220,7 @@ class PollDriver:
         self._next_reload = time.monotonic() + self.policy.reload_interval_secs
         return self._credentials
 
-    def _refuse_unusable_client(self, client: CertSummary) -> None:
+    def _refuse_unusable_client(self, client: CertificateSummary) -> None:
         self._expiry.check(client)
         now = datetime.datetime.now(datetime.timezone.utc)
         if now < client.not_before:
@@ -254,7 +254,7 @@ class PollDriver:
     def _note_handshake(self, transport: TlsTransport) -> None:
         negotiated = transport.negotiated()
         peer = transport.peer_certificates()
-        summary = CertSummary.of_der(peer[0]).to_json() if peer else None
+        summary = CertificateSummary.of_der(peer[0]).to_json() if peer else None
         self._tls_facts = {
             "protocol": negotiated[0] if negotiated else None,
             "cipherSuite": negotiated[1] if negotiated else None,
@@ -273,7 +273,7 @@ class PollDriver:
 
     def swap_client_credentials(
         self, cert_chain_pem: bytes, key_pem: bytes, ca_pem: bytes | None = None
-    ) -> CertSummary:
+    ) -> CertificateSummary:
         """Hands in a new client identity (the EST manager's seam); thread-safe. Checks it
         now (raises CredentialError, keeping the current one), then the instance thread
         reconnects with it at its next poll or probe. `ca_pem` None keeps the trust anchors."""

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from unskit.opcua.security import certificate_summary
 from unskit.opcua.subscriptions import _Subscriptions
 from unskit.opcua.verbs import _Verbs
+from unskit.pki.certificates import CertificateSummary
 
 __all__ = ["OpcUaDriver"]
 
@@ -51,7 +51,7 @@ class OpcUaDriver(_Verbs, _Subscriptions):
             "endpoint": self.settings.connection.endpoint,
             "securityPolicy": facts["securityPolicy"],
             "messageMode": facts["messageMode"],
-            "serverCertificate": certificate_summary(server) if server is not None else None,
+            "serverCertificate": CertificateSummary.of(server).to_json() if server else None,
             "subscriptions": subscriptions,
             "namespaces": {str(index): uri for index, uri in enumerate(self._namespaces)},
             "security": facts,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from cryptography import x509
@@ -16,12 +15,13 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from unskit.config.secrets import Secret, SecretRef, SecretResolver, resolve_value
 from unskit.errors import DeviceError, SecretError
-from unskit.opcua.certificates import _certificates, _error, _private_key, _read, _san_uris
+from unskit.opcua.certificates import _certificates, _error, _private_key, _read
 from unskit.opcua.config import OpcUaConnection, ServerCertificatePin, UserToken
 from unskit.opcua.pkcs11 import Pkcs11Token
+from unskit.pki.certificates import san_uris
+from unskit.pki.identity import ClientIdentity
 
 __all__ = [
-    "ClientIdentity",
     "UserCredentials",
     "load_client_identity",
     "load_server_pin",
@@ -41,38 +41,6 @@ _POLICY_RSA: dict[str, tuple[asym_padding.AsymmetricPadding, hashes.HashAlgorith
         hashes.SHA256(),
     ),
 }
-
-
-@dataclass(frozen=True, eq=False)
-class ClientIdentity:
-    """The client's application instance certificate, its private key and application URI."""
-
-    certificate: x509.Certificate
-    certificate_der: bytes = field(repr=False)
-    private_key: rsa.RSAPrivateKey = field(repr=False)
-    application_uri: str
-    #: Issuer certificates sent along (a vault bundle's caPem, the rest of a PEM file).
-    chain: tuple[x509.Certificate, ...] = field(default=(), repr=False)
-    #: The open token session of a pkcs11 key; `close` ends it.
-    token: Pkcs11Token | None = field(default=None, repr=False)
-
-    def __repr__(self) -> str:
-        where = "pkcs11" if self.token is not None else "memory"
-        return (
-            f"ClientIdentity(application_uri={self.application_uri!r}, "
-            f"subject={self.certificate.subject.rfc4514_string()!r}, key={where})"
-        )
-
-    def close(self) -> None:
-        """Closes the token session of a pkcs11 key (nothing to do for the others)."""
-        if self.token is not None:
-            self.token.close()
-
-    def __enter__(self) -> ClientIdentity:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class UserCredentials(NamedTuple):
@@ -134,10 +102,14 @@ def load_client_identity(
         if not spec.cert_path or not spec.key_path:
             raise _error(where, "source file needs certPath and keyPath")
         certs = _certificates(
-            _read(spec.cert_path, f"{where}.certPath"), f"{where}.certPath", spec.cert_path
+            _read(spec.cert_path, f"{where}.certPath"),
+            f"{where}.certPath",
+            f"certificate file {spec.cert_path}",
         )
         private_key = _private_key(
-            _read(spec.key_path, f"{where}.keyPath"), f"{where}.keyPath", spec.key_path
+            _read(spec.key_path, f"{where}.keyPath"),
+            f"{where}.keyPath",
+            f"key file {spec.key_path}",
         )
         certificate, chain = certs[0], certs[1:]
     elif spec.source == "pkcs11":
@@ -162,7 +134,6 @@ def load_client_identity(
         raise
     return ClientIdentity(
         certificate=certificate,
-        certificate_der=certificate.public_bytes(serialization.Encoding.DER),
         private_key=private_key,
         application_uri=uri,
         chain=tuple(chain),
@@ -190,7 +161,7 @@ def load_server_pin(
         if not pin.path:
             raise _error(f"{path}.path", "source file needs a path")
         data = _read(pin.path, f"{path}.path")
-        what, where = pin.path, f"{path}.path"
+        what, where = f"pinned certificate file {pin.path}", f"{path}.path"
     elif pin.source == "vault":
         if pin.secret is None:
             raise _error(f"{path}.secret", "source vault needs a secret")
@@ -226,7 +197,7 @@ def _check_identity(
             f"the client key has {public.key_size} bits; securityPolicy "
             f"{connection.security_policy} needs {MIN_KEY_BITS} to {MAX_KEY_BITS}",
         )
-    uris = _san_uris(certificate)
+    uris = san_uris(certificate)
     if not uris:
         raise _error(
             where,

@@ -17,23 +17,21 @@ from cryptography import x509
 
 from unskit.config.secrets import SecretResolver
 from unskit.errors import ConfigError, DeviceError
-from unskit.opcua.certificates import certificate_summary, sha1_thumbprint
+from unskit.opcua.certificates import sha1_thumbprint
 from unskit.opcua.config import OpcUaConnection
 from unskit.opcua.identity import (
-    ClientIdentity,
     UserCredentials,
     load_client_identity,
     load_server_pin,
     resolve_user,
 )
 from unskit.opcua.trust import TrustStore
+from unskit.pki.identity import ClientIdentity
 
 __all__ = [
-    "ClientIdentity",
     "SessionSecurity",
     "TrustStore",
     "UserCredentials",
-    "certificate_summary",
     "load_client_identity",
     "load_server_pin",
     "resolve_user",
@@ -137,7 +135,7 @@ class SessionSecurity:
         identity = self._identity
         client: dict[str, Any] | None = None
         if identity is not None:
-            client = {"source": self.source, **certificate_summary(identity.certificate)}
+            client = {"source": self.source, **identity.summary().to_json()}
         user = connection.user
         return {
             "securityPolicy": connection.security_policy,

@@ -18,16 +18,13 @@ from asyncua.crypto import security_policies
 from unskit.config.secrets import SecretResolver
 from unskit.opcua.config import OpcUaSettings, SubscriptionSpec
 from unskit.opcua.matchers import MonitoredNode
-from unskit.opcua.security import (
-    ClientIdentity,
-    SessionSecurity,
-    UserCredentials,
-)
+from unskit.opcua.security import SessionSecurity, UserCredentials
 from unskit.opcua.variants import (
     status_name,
     to_json,
     type_name,
 )
+from unskit.pki.identity import ClientIdentity
 from unskit.runtime.metrics import Counter, MetricsRegistry
 from unskit.southbound.driver import (
     DeviceError,
@@ -129,7 +126,8 @@ async def _apply_security(
             code="BadSecurityPolicyRejected",
         ) from None
     server_certificate = security.check_server(endpoint.ServerCertificate or b"")
-    client.application_uri = identity.application_uri
+    if identity.application_uri is not None:  # always, for an identity loaded for OPC UA
+        client.application_uri = identity.application_uri
     policy = policy_type(
         server_certificate,
         identity.certificate,

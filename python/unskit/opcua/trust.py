@@ -6,25 +6,22 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-from collections.abc import Iterable
 from pathlib import Path
 from typing import NoReturn
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 
 from unskit.errors import DeviceError
 from unskit.files import write_atomically
-from unskit.opcua.certificates import _iso, _parse_certificates, _split_der_chain, sha1_thumbprint
+from unskit.opcua.certificates import sha1_thumbprint
+from unskit.pki.certificates import load_certificates, rfc3339, split_der_chain
+from unskit.pki.trust import chain_to_anchor
 
 __all__ = ["TrustStore"]
 
 # The logger keeps the name it had before this module was split out of security.py.
 _log = logging.getLogger("unskit.opcua.security")
-
-#: Longest issuer chain followed from a server certificate to a trusted anchor.
-MAX_CHAIN_DEPTH = 8
 
 
 class TrustStore:
@@ -64,7 +61,7 @@ class TrustStore:
         self.ensure()
         when = now or datetime.datetime.now(datetime.timezone.utc)
         try:
-            offered = _split_der_chain(der)
+            offered = split_der_chain(der)
         except ValueError:
             raise DeviceError(
                 "the server certificate is not DER X.509", code="BadCertificateInvalid"
@@ -88,7 +85,7 @@ class TrustStore:
             self._check_dates([leaf], when, leaf_der)
             return leaf
         pool = anchors + self._read_dir(self.issuers) + offered[1:]
-        path = _chain_to_anchor(leaf, pool, anchor_ders)
+        path = chain_to_anchor(leaf, pool, anchor_ders)
         if path is None:
             self._reject(
                 leaf_der,
@@ -112,7 +109,7 @@ class TrustStore:
                 leaf_der,
                 "BadCertificateTimeInvalid" if index == 0 else "BadCertificateIssuerTimeInvalid",
                 f"is outside its validity period: {whose} is valid from "
-                f"{_iso(cert.not_valid_before_utc)} to {_iso(cert.not_valid_after_utc)}",
+                f"{rfc3339(cert.not_valid_before_utc)} to {rfc3339(cert.not_valid_after_utc)}",
             )
 
     def _reject(
@@ -140,56 +137,9 @@ class TrustStore:
             if entry.name.startswith(".") or not entry.is_file():
                 continue
             try:
-                certs = _parse_certificates(entry.read_bytes())
+                certs = load_certificates(entry.read_bytes(), entry.name, der=True)
             except (OSError, ValueError):
                 _log.warning("trust list file %s is not a PEM or DER certificate; ignored", entry)
                 continue
             found += [(cert, cert.public_bytes(serialization.Encoding.DER)) for cert in certs]
         return found
-
-
-# -- trust helpers ------------------------------------------------------------------------
-
-
-def _chain_to_anchor(
-    leaf: x509.Certificate,
-    pool: Iterable[tuple[x509.Certificate, bytes]],
-    anchors: set[bytes],
-) -> list[x509.Certificate] | None:
-    """The path leaf .. trusted CA (signatures checked), or None when there is none."""
-    candidates = list(pool)
-
-    def walk(cert: x509.Certificate, seen: set[bytes]) -> list[x509.Certificate] | None:
-        if len(seen) > MAX_CHAIN_DEPTH:
-            return None
-        for issuer, issuer_der in candidates:
-            if issuer_der in seen or not _can_issue(issuer):
-                continue
-            try:
-                cert.verify_directly_issued_by(issuer)
-            except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
-                continue
-            if issuer_der in anchors:
-                return [cert, issuer]
-            rest = walk(issuer, seen | {issuer_der})
-            if rest is not None:
-                return [cert, *rest]
-        return None
-
-    return walk(leaf, {leaf.public_bytes(serialization.Encoding.DER)})
-
-
-def _can_issue(cert: x509.Certificate) -> bool:
-    try:
-        basic = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
-    except x509.ExtensionNotFound:
-        return False
-    except ValueError:
-        return False
-    if not basic.ca:
-        return False
-    try:
-        usage = cert.extensions.get_extension_for_class(x509.KeyUsage).value
-    except x509.ExtensionNotFound:
-        return True
-    return bool(usage.key_cert_sign)

@@ -34,12 +34,12 @@ from cryptography.hazmat.primitives.serialization import pkcs7
 
 from unskit.config.secrets import Secret
 from unskit.errors import EstError
+from unskit.pki.identity import ClientIdentity
 
 __all__ = [
     "CACERTS",
     "SIMPLEENROLL",
     "SIMPLEREENROLL",
-    "ClientIdentity",
     "EstClient",
     "Issued",
     "Pending",
@@ -55,14 +55,6 @@ _BER_FALLBACK = "PKCS#7 certificates could not be parsed as DER"
 #: A certs-only reply carries a few certificates; anything far larger is not one.
 _MAX_BODY = 1 << 20
 _CHUNK = 16 * 1024
-
-
-@dataclass(frozen=True)
-class ClientIdentity:
-    """A TLS client certificate (PEM, chain allowed) and its private key (PEM, a `Secret`)."""
-
-    cert_pem: str
-    key_pem: Secret
 
 
 @dataclass(frozen=True)
@@ -309,8 +301,8 @@ def _pem_files(identity: ClientIdentity) -> Iterator[tuple[str, str]]:
     if memfd is not None:
         fds = [memfd("est-cert", 0), memfd("est-key", 0)]
         try:
-            _write_all(fds[0], identity.cert_pem.encode())
-            _write_all(fds[1], identity.key_pem.reveal().encode())
+            _write_all(fds[0], identity.cert_chain_pem())
+            _write_all(fds[1], identity.key_pem().reveal().encode())
             yield f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}"
         finally:
             for fd in fds:
@@ -318,10 +310,10 @@ def _pem_files(identity: ClientIdentity) -> Iterator[tuple[str, str]]:
         return
     with tempfile.TemporaryDirectory(prefix="unskit-est-") as folder:
         cert, key = Path(folder, "cert.pem"), Path(folder, "key.pem")
-        cert.write_text(identity.cert_pem)
+        cert.write_bytes(identity.cert_chain_pem())
         fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
-            handle.write(identity.key_pem.reveal())
+            handle.write(identity.key_pem().reveal())
         yield str(cert), str(key)
 
 
